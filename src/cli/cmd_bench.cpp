@@ -1,0 +1,106 @@
+// CPU benchmark: memory bandwidth of this machine, then prefill and decode speed of a checkpoint,
+// with decode set against the bandwidth bound (weight bytes one decode step must read).
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+#include <random>
+#include <sys/resource.h>
+
+#include "cli/commands.h"
+#include "core/log.h"
+#include "engine/generate.h"
+
+namespace osprey::cli {
+
+namespace {
+
+// Multithreaded streaming read of a buffer much larger than the caches; best of several passes.
+double measure_read_bandwidth_gbs(size_t bytes) {
+  std::vector<uint64_t> buf(bytes / 8);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9e3779b97f4a7c15ull;
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t acc = 0;
+#pragma omp parallel for schedule(static) reduction(^ : acc)
+    for (size_t i = 0; i < buf.size(); i += 4) acc ^= buf[i] + buf[i + 1] + buf[i + 2] + buf[i + 3];
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = sink + acc;
+    best = std::max(best, double(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+// Weight bytes one decode token reads: everything dense, k experts per layer, the lm_head.
+double decode_bytes_per_token(const GptOssConfig& c) {
+  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts;
+  double attn = 2 * (H + (Q + 2 * KV) * H + (Q + 2 * KV) + c.num_heads + H * Q + H);
+  double router = 2 * (H + E * H + E);
+  double mlp1 = 2 * I * H / 2 + 2 * I * H / 32 + 2 * 2 * I;  // MXFP4 blocks + scales + BF16 bias
+  double mlp2 = H * I / 2 + H * I / 32 + 2 * H;
+  double per_layer = attn + router + c.experts_per_token * (mlp1 + mlp2);
+  return c.num_layers * per_layer + 2 * double(c.vocab) * H + 2 * H /*embedding row*/ + 2 * H;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  struct Args {
+    std::string model, backend = "cpu";
+    int prompt_len = 128, decode_tokens = 32;
+    uint64_t seed = 1;
+    size_t membw_mib = 2048;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the memory-bandwidth bound");
+  cmd->add_option("--model", args->model, "checkpoint directory")->required();
+  cmd->add_option("--prompt-len", args->prompt_len, "prompt tokens (random ids)")->check(CLI::PositiveNumber);
+  cmd->add_option("--decode-tokens", args->decode_tokens, "tokens to decode")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->seed, "seed of the random prompt");
+  cmd->add_option("--membw-mib", args->membw_mib, "buffer size for the bandwidth measurement")->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", args->backend, "cpu")->check(CLI::IsMember({"cpu"}));
+  cmd->callback([args] {
+    double bw = measure_read_bandwidth_gbs(args->membw_mib << 20);
+    log_info("memory read bandwidth {:.1f} GB/s ({} threads)", bw, omp_get_max_threads());
+    auto t0 = std::chrono::steady_clock::now();
+    GptOssWeights w = GptOssWeights::load(args->model);
+    GptOssCpuModel model(w);
+    double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::mt19937_64 rng(args->seed);
+    std::vector<int32_t> prompt(args->prompt_len);
+    for (auto& t : prompt) t = int32_t(rng() % uint64_t(std::min(w.config.vocab, 199998)));
+    // Warm-up: touches the mapped weights (page cache) so that decode measures memory, not disk.
+    GenerateOptions warm{.max_tokens = 2, .sampling = {.temperature = 0}, .stop_at_eos = false};
+    generate(model, prompt, warm);
+    GenerateOptions opt{.max_tokens = args->decode_tokens, .sampling = {.temperature = 0}, .stop_at_eos = false};
+    GenerateStats st;
+    generate(model, prompt, opt, &st);
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    const double bytes_tok = decode_bytes_per_token(w.config);
+    const double decode_tps = (st.generated_tokens - 1) / st.decode_seconds;  // first token comes from prefill
+    const double bound_tps = bw * 1e9 / bytes_tok;
+    nlohmann::json j = {
+        {"model", args->model},
+        {"threads", omp_get_max_threads()},
+        {"load_seconds", load_s},
+        {"prompt_tokens", st.prompt_tokens},
+        {"prefill_seconds", st.prefill_seconds},
+        {"prefill_tokens_per_s", st.prompt_tokens / st.prefill_seconds},
+        {"decode_tokens", st.generated_tokens - 1},
+        {"decode_tokens_per_s", decode_tps},
+        {"memory_read_gb_per_s", bw},
+        {"decode_weight_bytes_per_token", bytes_tok},
+        {"decode_bound_tokens_per_s", bound_tps},
+        {"decode_fraction_of_bound", decode_tps / bound_tps},
+        {"peak_rss_gib", double(ru.ru_maxrss) / (1 << 20)},
+    };
+    fmt::print("{}\n", j.dump(2));
+  });
+}
+
+}  // namespace osprey::cli

@@ -1,0 +1,19 @@
+// Each subcommand adds itself to the app; its usage text lives beside its code.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace osprey::cli {
+
+void add_synth(CLI::App& app);
+void add_logits(CLI::App& app);
+void add_generate(CLI::App& app);
+void add_bench(CLI::App& app);
+void add_inspect(CLI::App& app);
+
+// "1,2,3" -> ids; throws Error on anything else.
+std::vector<int32_t> parse_token_list(const std::string& s);
+
+}  // namespace osprey::cli

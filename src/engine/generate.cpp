@@ -1,0 +1,50 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+
+#include "core/error.h"
+
+namespace osprey {
+
+std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& opt, GenerateStats* stats,
+                              const std::function<bool(int32_t)>& on_token) {
+  if (prompt.empty()) fail("generate: the prompt is empty");
+  if (opt.max_tokens < 0) fail("max_tokens must be >= 0");
+  if (opt.prefill_chunk <= 0) fail("prefill chunk must be positive");
+  const auto& cfg = model.config();
+  if (int(prompt.size()) + opt.max_tokens > cfg.max_position_embeddings)
+    fail("prompt ({} tokens) plus max_tokens ({}) exceeds the model's context of {}", prompt.size(), opt.max_tokens,
+         cfg.max_position_embeddings);
+  using clock = std::chrono::steady_clock;
+  Sampler sampler(opt.sampling);
+  KvCache cache = model.new_cache();
+  std::vector<int32_t> out;
+  auto t0 = clock::now();
+  std::vector<float> logits;
+  for (size_t i = 0; i < prompt.size(); i += opt.prefill_chunk) {
+    size_t n = std::min(prompt.size() - i, size_t(opt.prefill_chunk));
+    logits = model.forward(std::span(prompt).subspan(i, n), cache, /*all_logits=*/false);
+  }
+  auto t1 = clock::now();
+  for (int step = 0; step < opt.max_tokens; ++step) {
+    int32_t tok = sampler.sample(logits);
+    out.push_back(tok);
+    if (on_token && !on_token(tok)) break;
+    if (opt.stop_at_eos && std::count(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), tok)) break;
+    if (step + 1 == opt.max_tokens) break;
+    logits = model.forward(std::span(&out.back(), 1), cache, /*all_logits=*/false);
+  }
+  auto t2 = clock::now();
+  if (stats) {
+    stats->prompt_tokens = int(prompt.size());
+    stats->generated_tokens = int(out.size());
+    stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  }
+  return out;
+}
+
+}  // namespace osprey

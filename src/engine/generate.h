@@ -1,0 +1,29 @@
+// Token-in/token-out generation on one sequence: chunked prefill, then one token per step.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/gpt_oss_forward.h"
+
+namespace osprey {
+
+struct GenerateOptions {
+  int max_tokens = 16;
+  SamplingParams sampling;
+  bool stop_at_eos = true;       // stop after emitting one of the config's eos ids
+  int prefill_chunk = 512;       // tokens per prefill forward (bounds activation memory)
+};
+
+struct GenerateStats {
+  int prompt_tokens = 0, generated_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// on_token (optional) sees each new token as it is chosen; returning false stops generation.
+std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& opt, GenerateStats* stats = nullptr,
+                              const std::function<bool(int32_t)>& on_token = {});
+
+}  // namespace osprey

@@ -1,0 +1,138 @@
+#include "model/gpt_oss_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace osprey {
+
+namespace {
+
+// Keys/values for one layer: positions before the chunk from the cache, the chunk's own from its buffers.
+struct ChunkKv final : cpu::KvSource {
+  const KvCache& cache;
+  int layer, p0;
+  const float *k, *v;  // [T][kv_heads][head_dim]
+  size_t row, head_dim;
+  ChunkKv(const KvCache& c, int l, int p0_, const float* k_, const float* v_, size_t row_, size_t d)
+      : cache(c), layer(l), p0(p0_), k(k_), v(v_), row(row_), head_dim(d) {}
+  const float* key(int pos, int g) const override {
+    return pos >= p0 ? k + size_t(pos - p0) * row + g * head_dim : cache.key(layer, pos, g);
+  }
+  const float* value(int pos, int g) const override {
+    return pos >= p0 ? v + size_t(pos - p0) * row + g * head_dim : cache.value(layer, pos, g);
+  }
+};
+
+}  // namespace
+
+GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w) : w_(w) {
+  const GptOssConfig& c = w.config;
+  rope_ = cpu::make_rope_table({.head_dim = c.head_dim,
+                                .theta = c.rope_theta,
+                                .factor = c.rope_factor,
+                                .beta_fast = c.rope_beta_fast,
+                                .beta_slow = c.rope_beta_slow,
+                                .original_max_pos = c.rope_original_max_pos,
+                                .yarn = c.rope_yarn,
+                                .truncate = c.rope_truncate});
+}
+
+KvCache GptOssCpuModel::new_cache() const {
+  const GptOssConfig& c = w_.config;
+  std::vector<int> windows;
+  for (bool s : c.layer_is_sliding) windows.push_back(s ? c.sliding_window : 0);
+  return KvCache(windows, c.num_kv_heads, c.head_dim);
+}
+
+std::vector<float> GptOssCpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const {
+  const GptOssConfig& c = w_.config;
+  const int T = int(tokens.size()), H = c.hidden;
+  if (T == 0) fail("forward: no tokens");
+  for (int32_t tok : tokens)
+    if (tok < 0 || tok >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", tok, c.vocab);
+  std::vector<int32_t> pos(T);
+  for (int t = 0; t < T; ++t) pos[t] = cache.length() + t;
+
+  std::vector<float> x(size_t(T) * H);  // residual stream [T][H]
+  cpu::bf16_embedding(w_.embed.w, tokens.data(), x.data(), T, H);
+  for (int l = 0; l < c.num_layers; ++l) {
+    attention_block(w_.layers[l], l, x.data(), pos.data(), T, cache);
+    moe_block(w_.layers[l], x.data(), T);
+  }
+  cache.advance(T);
+
+  const int first = all_logits ? 0 : T - 1, n_out = T - first;
+  std::vector<float> h(size_t(n_out) * H);
+  cpu::f32_bf16w_rmsnorm(x.data() + size_t(first) * H, w_.final_norm, h.data(), n_out, H, float(c.rms_norm_eps));
+  std::vector<float> logits(size_t(n_out) * c.vocab);
+  cpu::f32_bf16w_matmul(h.data(), w_.unembed.w, /*bias=*/nullptr, logits.data(), n_out, c.vocab, H);
+  return logits;
+}
+
+void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, float* x, const int32_t* pos, int T,
+                                     KvCache& cache) const {
+  const GptOssConfig& c = w_.config;
+  const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim();
+  std::vector<float> h(size_t(T) * H), q(size_t(T) * Q), k(size_t(T) * KV), v(size_t(T) * KV);
+  std::vector<float> attn(size_t(T) * Q), o(size_t(T) * H);
+
+  cpu::f32_bf16w_rmsnorm(x, L.attn_norm, h.data(), T, H, float(c.rms_norm_eps));
+  cpu::f32_bf16w_matmul(h.data(), L.q.w, L.q_bias, q.data(), T, Q, H);
+  cpu::f32_bf16w_matmul(h.data(), L.k.w, L.k_bias, k.data(), T, KV, H);
+  cpu::f32_bf16w_matmul(h.data(), L.v.w, L.v_bias, v.data(), T, KV, H);
+  cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
+  cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
+
+  ChunkKv kv(cache, layer, pos[0], k.data(), v.data(), size_t(KV), size_t(c.head_dim));
+  cpu::f32_bf16sink_attention(q.data(), pos, kv, L.sinks, attn.data(), T,
+                              {.num_heads = c.num_heads,
+                               .num_kv_heads = c.num_kv_heads,
+                               .head_dim = c.head_dim,
+                               .window = L.sliding ? c.sliding_window : 0,
+                               .scale = 1.0f / std::sqrt(float(c.head_dim))});
+  cache.append(layer, k.data(), v.data(), T);
+
+  cpu::f32_bf16w_matmul(attn.data(), L.o.w, L.o_bias, o.data(), T, H, Q);
+  for (size_t i = 0; i < o.size(); ++i) x[i] += o[i];
+}
+
+void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, float* x, int T) const {
+  const GptOssConfig& c = w_.config;
+  const int H = c.hidden, I = c.intermediate, E = c.num_experts, K = c.experts_per_token;
+  std::vector<float> h(size_t(T) * H), router(size_t(T) * E), wts(size_t(T) * K);
+  std::vector<int32_t> idx(size_t(T) * K);
+  cpu::f32_bf16w_rmsnorm(x, L.mlp_norm, h.data(), T, H, float(c.rms_norm_eps));
+  cpu::f32_bf16w_matmul(h.data(), L.router.w, L.router_bias, router.data(), T, E, H);
+  cpu::f32_topk_softmax(router.data(), idx.data(), wts.data(), T, E, K);
+
+  // Group (token, weight) pairs by expert; run each expert once over its tokens.
+  std::vector<std::vector<std::pair<int, float>>> by_expert(E);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < K; ++j) by_expert[idx[size_t(t) * K + j]].push_back({t, wts[size_t(t) * K + j]});
+  std::vector<float> xe, t1, a, y;
+  for (int e = 0; e < E; ++e) {
+    const auto& toks = by_expert[e];
+    if (toks.empty()) continue;
+    const int n = int(toks.size());
+    xe.resize(size_t(n) * H);
+    t1.resize(size_t(n) * 2 * I);
+    a.resize(size_t(n) * I);
+    y.resize(size_t(n) * H);
+    for (int i = 0; i < n; ++i) std::memcpy(&xe[size_t(i) * H], &h[size_t(toks[i].first) * H], H * sizeof(float));
+    cpu::f32_mxfp4w_matmul(xe.data(), L.mlp1.expert_blocks(e), L.mlp1.expert_scales(e), L.mlp1.expert_bias(e),
+                           t1.data(), n, 2 * I, H);
+    cpu::f32_swiglu_clamped(t1.data(), a.data(), n, I, float(c.swiglu_alpha), float(c.swiglu_limit));
+    cpu::f32_mxfp4w_matmul(a.data(), L.mlp2.expert_blocks(e), L.mlp2.expert_scales(e), L.mlp2.expert_bias(e),
+                           y.data(), n, H, I);
+    for (int i = 0; i < n; ++i) {
+      float* xt = x + size_t(toks[i].first) * H;
+      const float w = toks[i].second;
+      for (int d = 0; d < H; ++d) xt[d] += w * y[size_t(i) * H + d];
+    }
+  }
+}
+
+}  // namespace osprey

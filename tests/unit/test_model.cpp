@@ -1,0 +1,258 @@
+// The whole CPU model on small synthetic checkpoints: cache consistency, both checkpoint layouts,
+// determinism of synth, broken checkpoints, and the command contracts.
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <cstring>
+#include <regex>
+#include <functional>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/npy.h"
+#include "engine/generate.h"
+#include "formats/safetensors_writer.h"
+#include "model/gpt_oss_forward.h"
+#include "synth/synth.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using test::TempDir;
+
+double rel_err(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<int32_t> ramp_tokens(int n, int vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + 13) % vocab);
+  return t;
+}
+
+class SmallModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    synth_checkpoint(synth_preset("parity-b"), dir_->str(), {.seed = 5, .progress = false});
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static TempDir* dir_;
+};
+TempDir* SmallModel::dir_ = nullptr;
+
+TEST_F(SmallModel, IncrementalDecodingMatchesFullSequence) {
+  GptOssWeights w = GptOssWeights::load(dir_->str());
+  GptOssCpuModel m(w);
+  const int T = 30, V = w.config.vocab;  // window 8: sliding layers wrap their ring several times
+  auto tokens = ramp_tokens(T, V);
+  KvCache full = m.new_cache();
+  std::vector<float> ref = m.forward(tokens, full, true);
+  KvCache inc = m.new_cache();
+  std::vector<float> first = m.forward(std::span(tokens).first(11), inc, true);  // a prefill chunk longer than the window
+  EXPECT_LT(rel_err(first.data(), ref.data(), first.size()), 1e-6);
+  for (int t = 11; t < T; t += 3) {
+    int n = std::min(3, T - t);
+    std::vector<float> l = m.forward(std::span(tokens).subspan(t, n), inc, true);
+    for (int i = 0; i < n; ++i)
+      EXPECT_LT(rel_err(&l[size_t(i) * V], &ref[size_t(t + i) * V], V), 1e-5) << "position " << t + i;
+  }
+}
+
+TEST_F(SmallModel, LogitsAreFarFromUniform) {
+  GptOssWeights w = GptOssWeights::load(dir_->str());
+  GptOssCpuModel m(w);
+  KvCache c = m.new_cache();
+  std::vector<float> l = m.forward(ramp_tokens(4, w.config.vocab), c, false);
+  double mean = 0, var = 0;
+  for (float v : l) mean += v;
+  mean /= l.size();
+  for (float v : l) var += (v - mean) * (v - mean);
+  EXPECT_GT(std::sqrt(var / l.size()), 1.0);
+}
+
+// Rewrites an HF-layout checkpoint in OpenAI's original/ layout (block.N.*, fused qkv).
+void write_original_layout(const GptOssWeights& w, const std::string& out) {
+  const GptOssConfig& c = w.config;
+  const TensorStore& s = w.store;
+  std::vector<TensorSpec> specs;
+  std::vector<std::function<void(uint8_t*, uint64_t, size_t)>> fills;
+  auto copy_of = [&](std::string dst, std::vector<std::string> srcs) {
+    std::vector<int64_t> shape = s.get(srcs[0]).shape;
+    for (size_t i = 1; i < srcs.size(); ++i) shape[0] += s.get(srcs[i]).shape[0];
+    specs.push_back({dst, s.get(srcs[0]).dtype, shape});
+    fills.push_back([&s, srcs](uint8_t* dst, uint64_t off, size_t n) {
+      std::vector<uint8_t> all;
+      for (auto& name : srcs) all.insert(all.end(), s.get(name).data, s.get(name).data + s.get(name).nbytes);
+      std::memcpy(dst, all.data() + off, n);
+    });
+  };
+  copy_of("embedding.weight", {"model.embed_tokens.weight"});
+  copy_of("unembedding.weight", {"lm_head.weight"});
+  copy_of("norm.scale", {"model.norm.weight"});
+  for (int l = 0; l < c.num_layers; ++l) {
+    std::string h = fmt::format("model.layers.{}.", l), o = fmt::format("block.{}.", l);
+    copy_of(o + "attn.norm.scale", {h + "input_layernorm.weight"});
+    copy_of(o + "attn.qkv.weight", {h + "self_attn.q_proj.weight", h + "self_attn.k_proj.weight", h + "self_attn.v_proj.weight"});
+    copy_of(o + "attn.qkv.bias", {h + "self_attn.q_proj.bias", h + "self_attn.k_proj.bias", h + "self_attn.v_proj.bias"});
+    copy_of(o + "attn.sinks", {h + "self_attn.sinks"});
+    copy_of(o + "attn.out.weight", {h + "self_attn.o_proj.weight"});
+    copy_of(o + "attn.out.bias", {h + "self_attn.o_proj.bias"});
+    copy_of(o + "mlp.norm.scale", {h + "post_attention_layernorm.weight"});
+    copy_of(o + "mlp.gate.weight", {h + "mlp.router.weight"});
+    copy_of(o + "mlp.gate.bias", {h + "mlp.router.bias"});
+    copy_of(o + "mlp.mlp1_weight.blocks", {h + "mlp.experts.gate_up_proj_blocks"});
+    copy_of(o + "mlp.mlp1_weight.scales", {h + "mlp.experts.gate_up_proj_scales"});
+    copy_of(o + "mlp.mlp1_bias", {h + "mlp.experts.gate_up_proj_bias"});
+    copy_of(o + "mlp.mlp2_weight.blocks", {h + "mlp.experts.down_proj_blocks"});
+    copy_of(o + "mlp.mlp2_weight.scales", {h + "mlp.experts.down_proj_scales"});
+    copy_of(o + "mlp.mlp2_bias", {h + "mlp.experts.down_proj_bias"});
+  }
+  SafetensorsWriter wr(out + "/model.safetensors", specs);
+  for (auto& f : fills) wr.write_next(f);
+  wr.close();
+  nlohmann::json cfg = {{"num_hidden_layers", c.num_layers}, {"num_experts", c.num_experts},
+                        {"experts_per_token", c.experts_per_token}, {"vocab_size", c.vocab},
+                        {"hidden_size", c.hidden}, {"intermediate_size", c.intermediate},
+                        {"swiglu_limit", c.swiglu_limit}, {"head_dim", c.head_dim},
+                        {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_kv_heads},
+                        {"sliding_window", c.sliding_window}, {"initial_context_length", c.rope_original_max_pos},
+                        {"rope_theta", c.rope_theta}, {"rope_scaling_factor", c.rope_factor},
+                        {"rope_ntk_alpha", c.rope_beta_slow}, {"rope_ntk_beta", c.rope_beta_fast}};
+  test::write_file(out + "/config.json", cfg.dump());
+}
+
+TEST_F(SmallModel, OriginalLayoutGivesTheSameLogits) {
+  GptOssWeights hf = GptOssWeights::load(dir_->str());
+  TempDir orig;
+  write_original_layout(hf, orig.str());
+  GptOssWeights og = GptOssWeights::load(orig.str());
+  EXPECT_EQ(og.layout, GptOssWeights::Layout::Original);
+  auto tokens = ramp_tokens(12, hf.config.vocab);
+  KvCache c1 = GptOssCpuModel(hf).new_cache(), c2 = GptOssCpuModel(og).new_cache();
+  std::vector<float> a = GptOssCpuModel(hf).forward(tokens, c1, true);
+  std::vector<float> b = GptOssCpuModel(og).forward(tokens, c2, true);
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(SmallModel, SynthIsDeterministicAndSeeded) {
+  TempDir again, other;
+  synth_checkpoint(synth_preset("parity-b"), again.str(), {.seed = 5, .progress = false});
+  synth_checkpoint(synth_preset("parity-b"), other.str(), {.seed = 6, .progress = false});
+  for (auto& e : std::filesystem::directory_iterator(dir_->str())) {
+    std::string name = e.path().filename().string();
+    if (name == "osprey_synth.json") continue;
+    EXPECT_EQ(test::read_file(e.path().string()), test::read_file(again / name)) << name;
+  }
+  auto f = "model-00000-of-00001.safetensors";
+  EXPECT_NE(test::read_file(dir_->str() + "/" + f), test::read_file(other / f));
+}
+
+TEST_F(SmallModel, SynthWritesThePublishedLayout) {
+  auto idx = nlohmann::json::parse(test::read_file(*dir_ / "model.safetensors.index.json"));
+  std::string shard = idx["weight_map"]["model.layers.0.mlp.experts.gate_up_proj_blocks"];
+  EXPECT_TRUE(std::regex_match(shard, std::regex("model-0000[01]-of-00001\\.safetensors"))) << shard;
+  TensorStore s = TensorStore::open(dir_->str());
+  const GptOssConfig& c = synth_preset("parity-b").config;
+  EXPECT_EQ(s.size(), size_t(19 * c.num_layers + 3));
+  EXPECT_EQ(s.get("model.layers.1.mlp.experts.down_proj_blocks").shape,
+            (std::vector<int64_t>{c.num_experts, c.hidden, c.intermediate / 32, 16}));
+  EXPECT_EQ(s.get("model.layers.1.mlp.experts.down_proj_scales").dtype, DType::U8);
+  auto cfg = nlohmann::json::parse(test::read_file(*dir_ / "config.json"));
+  EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(cfg["quantization_config"]["quant_method"], "mxfp4");
+}
+
+TEST_F(SmallModel, GreedyGenerationIsDeterministicAndSamplingIsSeeded) {
+  GptOssWeights w = GptOssWeights::load(dir_->str());
+  GptOssCpuModel m(w);
+  auto prompt = ramp_tokens(5, w.config.vocab);
+  GenerateOptions g{.max_tokens = 6, .sampling = {.temperature = 0}};
+  EXPECT_EQ(generate(m, prompt, g), generate(m, prompt, g));
+  GenerateOptions s{.max_tokens = 6, .sampling = {.temperature = 1.0f, .top_p = 0.9f, .seed = 11}};
+  EXPECT_EQ(generate(m, prompt, s), generate(m, prompt, s));
+  // The first greedy token is the argmax of the prompt's last logits.
+  KvCache c = m.new_cache();
+  auto l = m.forward(prompt, c, false);
+  EXPECT_EQ(generate(m, prompt, g)[0], argmax(l));
+}
+
+TEST_F(SmallModel, BadTokensAreRejected) {
+  GptOssWeights w = GptOssWeights::load(dir_->str());
+  GptOssCpuModel m(w);
+  KvCache c = m.new_cache();
+  std::vector<int32_t> bad = {1, w.config.vocab};
+  EXPECT_THROW(m.forward(bad, c, false), Error);
+}
+
+TEST_F(SmallModel, CliLogitsAndGenerateContracts) {
+  TempDir out;
+  auto r = test::run_cli(fmt::format("logits --model {} --tokens 1,2,3,4 --out {}", dir_->str(), out / "l.npy"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  NpyF32 npy = read_npy_f32(out / "l.npy");
+  EXPECT_EQ(npy.shape, (std::vector<int64_t>{4, 777}));
+  GptOssWeights w = GptOssWeights::load(dir_->str());
+  GptOssCpuModel m(w);
+  KvCache c = m.new_cache();
+  std::vector<int32_t> toks = {1, 2, 3, 4};
+  EXPECT_EQ(npy.data, m.forward(toks, c, true));
+
+  r = test::run_cli(fmt::format("generate --model {} --tokens 1,2,3,4 --max-tokens 5 --greedy", dir_->str()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  GenerateOptions g{.max_tokens = 5, .sampling = {.temperature = 0}};
+  auto expect = generate(m, toks, g);
+  EXPECT_EQ(r.out, fmt::format("{}\n", fmt::join(expect, ",")));
+
+  r = test::run_cli(fmt::format("generate --model {} --tokens 1,x,3 --max-tokens 5 --greedy", dir_->str()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("'x' is not a token id"), std::string::npos) << r.err;
+  r = test::run_cli(fmt::format("generate --model {} --tokens 1,9999 --greedy", dir_->str()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("token id 9999 is outside the vocabulary"), std::string::npos) << r.err;
+}
+
+TEST_F(SmallModel, BrokenCheckpointsGetClearErrors) {
+  // A copy whose index names a tensor that its shard lacks, then one with a wrong shape in config.
+  TempDir d;
+  for (auto& e : std::filesystem::directory_iterator(dir_->str()))
+    std::filesystem::copy(e.path(), d / e.path().filename().string());
+  auto idx = nlohmann::json::parse(test::read_file(d / "model.safetensors.index.json"));
+  idx["weight_map"].erase("model.layers.2.self_attn.sinks");
+  test::write_file(d / "model.safetensors.index.json", idx.dump());
+  // sinks is still in its shard, so loading works; now drop a whole shard.
+  std::filesystem::remove(d / "model-00001-of-00001.safetensors");
+  auto r = test::run_cli(fmt::format("logits --model {} --tokens 1 --out {}", d.str(), d / "x.npy"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model-00001-of-00001.safetensors"), std::string::npos) << r.err;
+
+  TempDir e;
+  for (auto& f : std::filesystem::directory_iterator(dir_->str()))
+    std::filesystem::copy(f.path(), e / f.path().filename().string());
+  auto cfg = nlohmann::json::parse(test::read_file(e / "config.json"));
+  cfg["intermediate_size"] = 96;
+  test::write_file(e / "config.json", cfg.dump());
+  r = test::run_cli(fmt::format("generate --model {} --tokens 1 --greedy", e.str()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("gate_up_proj_blocks' has shape"), std::string::npos) << r.err;
+
+  // Truncated shard.
+  std::filesystem::resize_file(e / "model-00000-of-00001.safetensors", 1000);
+  r = test::run_cli(fmt::format("inspect --model {}", e.str()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model-00000-of-00001.safetensors"), std::string::npos) << r.err;
+
+  r = test::run_cli("generate --model /nonexistent/dir --tokens 1 --greedy");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/dir does not exist"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace osprey

@@ -1,0 +1,212 @@
+// Per-op checks with hand-computed values, and the fast matmuls against plain double loops.
+#include <cmath>
+#include <gtest/gtest.h>
+#include <random>
+
+#include "formats/mxfp4.h"
+#include "kernels/cpu/ops.h"
+
+namespace osprey {
+namespace {
+
+using namespace osprey::cpu;
+
+RopeParams gpt_oss_rope() {
+  return {.head_dim = 64, .theta = 150000, .factor = 32, .beta_fast = 32, .beta_slow = 1, .original_max_pos = 4096,
+          .yarn = true, .truncate = false};
+}
+
+TEST(Rope, YarnInvFreqTableMatchesReference) {
+  RopeTable t = make_rope_table(gpt_oss_rope());
+  // Values from the reference math (unrounded correction range 8.0928 .. 17.3980).
+  const std::pair<int, double> expected[] = {{0, 1.0},           {1, 0.6890443},     {2, 0.4747821},
+                                             {4, 0.2254180},     {8, 5.081327e-2},   {9, 3.170570e-2},
+                                             {10, 1.933500e-2},  {12, 6.794959e-3},  {14, 2.093792e-3},
+                                             {16, 4.564839e-4},  {17, 1.293187e-4},  {18, 3.830881e-5},
+                                             {24, 4.099978e-6},  {31, 3.023511e-7}};
+  for (auto [i, v] : expected) EXPECT_NEAR(t.inv_freq[i], v, v * 2e-6) << "i=" << i;
+  EXPECT_NEAR(t.concentration, 1.3465735902799727, 1e-7);
+}
+
+TEST(Rope, TruncatedRangeDiffers) {
+  RopeParams p = gpt_oss_rope();
+  p.truncate = true;  // generic YaRN rounds to 8 and 18: wrong for gpt-oss, kept for other configs
+  RopeTable t = make_rope_table(p), ref = make_rope_table(gpt_oss_rope());
+  EXPECT_NE(t.inv_freq[9], ref.inv_freq[9]);
+  EXPECT_EQ(t.inv_freq[8], ref.inv_freq[8]);
+}
+
+TEST(Rope, HalfSplitRotationWithConcentrationOnBoth) {
+  RopeTable t = make_rope_table(gpt_oss_rope());
+  std::vector<float> x(64, 0.0f);
+  x[1] = 1.0f;  // pairs with x[33]
+  int32_t pos = 3;
+  f32_rope(x.data(), &pos, t, 1, 1);
+  const float th = 3 * t.inv_freq[1];
+  EXPECT_NEAR(x[1], std::cos(th) * 1.3465736f, 1e-6);
+  EXPECT_NEAR(x[33], std::sin(th) * 1.3465736f, 1e-6);  // x2*cos + x1*sin with x2 = 0
+  EXPECT_EQ(x[2], 0.0f);                                  // not interleaved pairs
+}
+
+struct VecKv final : KvSource {
+  std::vector<std::vector<float>> k, v;  // [pos][d] (one KV head)
+  const float* key(int pos, int) const override { return k[pos].data(); }
+  const float* value(int pos, int) const override { return v[pos].data(); }
+};
+
+TEST(Attention, SinkTakesItsShareOfTheMass) {
+  VecKv kv;
+  kv.k = {{1.0f, 0.0f}};
+  kv.v = {{2.0f, -4.0f}};
+  std::vector<float> q = {0.5f, 7.0f};  // s = scale * 0.5
+  bf16 sink = f32_to_bf16(1.0f);        // unscaled
+  std::vector<float> out(2);
+  int32_t pos = 0;
+  f32_bf16sink_attention(q.data(), &pos, kv, &sink, out.data(), 1,
+                         {.num_heads = 1, .num_kv_heads = 1, .head_dim = 2, .window = 0, .scale = 2.0f});
+  const double p = std::exp(1.0) / (std::exp(1.0) + std::exp(1.0));  // s = 2 * 0.5 = 1 = sink
+  EXPECT_NEAR(out[0], 2.0 * p, 1e-6);
+  EXPECT_NEAR(out[1], -4.0 * p, 1e-6);
+}
+
+TEST(Attention, WindowOf128KeysIncludesTheCurrentToken) {
+  VecKv kv;
+  for (int j = 0; j <= 200; ++j) {
+    kv.k.push_back({0.0f});
+    kv.v.push_back({1.0f});
+  }
+  std::vector<float> q = {0.0f};  // every score 0: weights 1 / (n + e^sink)
+  bf16 sink = f32_to_bf16(0.0f);
+  int32_t pos = 200;
+  float out;
+  f32_bf16sink_attention(q.data(), &pos, kv, &sink, &out, 1,
+                         {.num_heads = 1, .num_kv_heads = 1, .head_dim = 1, .window = 128, .scale = 0.125f});
+  EXPECT_NEAR(out, 128.0 / 129.0, 1e-6);  // keys 73..200
+  f32_bf16sink_attention(q.data(), &pos, kv, &sink, &out, 1,
+                         {.num_heads = 1, .num_kv_heads = 1, .head_dim = 1, .window = 0, .scale = 0.125f});
+  EXPECT_NEAR(out, 201.0 / 202.0, 1e-6);  // keys 0..200
+}
+
+TEST(Attention, GqaHeadUsesItsGroupsKvHead) {
+  struct TwoHeadKv final : KvSource {
+    float k0[1] = {0}, k1[1] = {0}, v0[1] = {1}, v1[1] = {5};
+    const float* key(int, int g) const override { return g ? k1 : k0; }
+    const float* value(int, int g) const override { return g ? v1 : v0; }
+  } kv;
+  std::vector<float> q(6, 0.0f);  // 6 heads, 2 KV heads: heads 0-2 -> 0, 3-5 -> 1
+  std::vector<bf16> sinks(6, f32_to_bf16(-100.0f));
+  std::vector<float> out(6);
+  int32_t pos = 0;
+  f32_bf16sink_attention(q.data(), &pos, kv, sinks.data(), out.data(), 1,
+                         {.num_heads = 6, .num_kv_heads = 2, .head_dim = 1, .window = 0, .scale = 1});
+  EXPECT_FLOAT_EQ(out[2], 1.0f);
+  EXPECT_FLOAT_EQ(out[3], 5.0f);
+}
+
+TEST(Router, SoftmaxOverTheTopKOnly) {
+  std::vector<float> logits = {1, 5, 3, 4, 2, 0};
+  int32_t idx[4];
+  float w[4];
+  f32_topk_softmax(logits.data(), idx, w, 1, 6, 4);
+  EXPECT_EQ(idx[0], 1);
+  EXPECT_EQ(idx[1], 3);
+  EXPECT_EQ(idx[2], 2);
+  EXPECT_EQ(idx[3], 4);
+  const double z = std::exp(5) + std::exp(4) + std::exp(3) + std::exp(2);
+  EXPECT_NEAR(w[0], std::exp(5) / z, 1e-6);
+  EXPECT_NEAR(w[3], std::exp(2) / z, 1e-6);
+  EXPECT_NEAR(w[0] + w[1] + w[2] + w[3], 1.0, 1e-6);
+}
+
+TEST(Router, TiesPickTheLowerIndex) {
+  std::vector<float> logits = {2, 2, 2, 2, 2};
+  int32_t idx[2];
+  float w[2];
+  f32_topk_softmax(logits.data(), idx, w, 1, 5, 2);
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 1);
+}
+
+TEST(SwiGlu, ClampsGateFromAboveOnlyAndUpBothWays) {
+  auto act = [](float g, float u) {
+    float t[2] = {g, u}, a;
+    f32_swiglu_clamped(t, &a, 1, 1, 1.702f, 7.0f);
+    return a;
+  };
+  auto ref = [](double g, double u) { return g / (1 + std::exp(-1.702 * g)) * (u + 1); };
+  EXPECT_NEAR(act(10, 0.5f), ref(7, 0.5), 1e-5);     // gate clamped to 7
+  EXPECT_NEAR(act(-10, 0.5f), ref(-10, 0.5), 1e-7);  // not clamped from below
+  EXPECT_NEAR(act(1, 10), ref(1, 7), 1e-5);          // up clamped to 7 (then +1 = 8)
+  EXPECT_NEAR(act(1, -10), ref(1, -7), 1e-5);        // up clamped to -7
+  EXPECT_NEAR(act(2, -1), 0.0, 1e-7);                // the +1 on the linear branch
+}
+
+TEST(RmsNorm, HandValues) {
+  float x[4] = {1, 2, 3, 4}, y[4];
+  bf16 g[4] = {f32_to_bf16(1), f32_to_bf16(2), f32_to_bf16(0.5f), f32_to_bf16(1)};
+  f32_bf16w_rmsnorm(x, g, y, 1, 4, 1e-5f);
+  const double r = 1 / std::sqrt(30.0 / 4 + 1e-5);
+  EXPECT_NEAR(y[0], 1 * r, 1e-6);
+  EXPECT_NEAR(y[1], 4 * r, 1e-6);
+  EXPECT_NEAR(y[2], 1.5 * r, 1e-6);
+}
+
+TEST(Mxfp4, DecodingConventions) {
+  // Group 0: byte 0 = 0x71 -> col 0 code 1 (+0.5), col 1 code 7 (+6); byte 1 = 0xF8 -> -0, -6.
+  uint8_t blocks[32] = {0x71, 0xF8};
+  blocks[16] = 0x2A;  // group 1, cols 32 (code 0xA = -1) and 33 (code 2 = +1)
+  uint8_t scales[2] = {127, 129};
+  float out[64];
+  mxfp4_decode_row(blocks, scales, 64, out);
+  EXPECT_EQ(out[0], 0.5f);
+  EXPECT_EQ(out[1], 6.0f);
+  EXPECT_EQ(out[2], -0.0f);
+  EXPECT_EQ(out[3], -6.0f);
+  EXPECT_EQ(out[32], -4.0f);  // -1 * 2^2
+  EXPECT_EQ(out[33], 4.0f);
+  EXPECT_EQ(e8m0_to_f32(0), std::ldexp(1.0f, -127));
+}
+
+class MatmulShapes : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(MatmulShapes, Bf16AndMxfp4MatchDoubleReference) {
+  auto [T, N, K] = GetParam();
+  std::mt19937 rng(T * 1000 + N * 10 + K);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> x(size_t(T) * K);
+  for (auto& v : x) v = u(rng);
+  std::vector<bf16> W(size_t(N) * K), bias(N);
+  for (auto& v : W) v = f32_to_bf16(u(rng));
+  for (auto& v : bias) v = f32_to_bf16(u(rng));
+  std::vector<float> y(size_t(T) * N, NAN);
+  f32_bf16w_matmul(x.data(), W.data(), bias.data(), y.data(), T, N, K);
+  for (int t = 0; t < T; ++t)
+    for (int n = 0; n < N; ++n) {
+      double ref = bf16_to_f32(bias[n]);
+      for (int k = 0; k < K; ++k) ref += double(bf16_to_f32(W[size_t(n) * K + k])) * x[size_t(t) * K + k];
+      ASSERT_NEAR(y[size_t(t) * N + n], ref, 1e-4 * (1 + std::abs(ref))) << t << "," << n;
+    }
+  if (K % 32) return;
+  std::vector<uint8_t> blocks(size_t(N) * K / 2), scales(size_t(N) * K / 32);
+  for (auto& b : blocks) b = uint8_t(rng());
+  for (auto& s : scales) s = uint8_t(120 + rng() % 10);
+  std::fill(y.begin(), y.end(), NAN);
+  f32_mxfp4w_matmul(x.data(), blocks.data(), scales.data(), nullptr, y.data(), T, N, K);
+  std::vector<float> row(K);
+  for (int n = 0; n < N; ++n) {
+    mxfp4_decode_row(&blocks[size_t(n) * K / 2], &scales[size_t(n) * K / 32], K, row.data());
+    for (int t = 0; t < T; ++t) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k) ref += double(row[k]) * x[size_t(t) * K + k];
+      ASSERT_NEAR(y[size_t(t) * N + n], ref, 1e-4 * (1 + std::abs(ref))) << t << "," << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AwkwardSizes, MatmulShapes,
+                         ::testing::Values(std::make_tuple(1, 7, 96), std::make_tuple(3, 17, 100),
+                                           std::make_tuple(5, 33, 2880), std::make_tuple(9, 5, 64),
+                                           std::make_tuple(129, 3, 160), std::make_tuple(1, 1, 8)));
+
+}  // namespace
+}  // namespace osprey
