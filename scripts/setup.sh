@@ -7,5 +7,5 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config \
-  nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev >/dev/null
+  nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev >/dev/null
 echo "osprey: dependencies installed" >&2

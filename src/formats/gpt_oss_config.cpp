@@ -127,9 +127,11 @@ GptOssConfig GptOssConfig::from_json(const json& j, const std::string& where) {
       for (int l = 0; l < c.num_layers; l += 2) c.layer_is_sliding[l] = true;
     }
     auto eos = j.find("eos_token_id");
-    if (eos != j.end() && !eos->is_null()) {
+    if (eos != j.end()) {
       c.eos_token_ids.clear();
-      if (eos->is_number_integer()) c.eos_token_ids.push_back(eos->get<int>());
+      if (eos->is_null()) {
+        // no end-of-sequence token
+      } else if (eos->is_number_integer()) c.eos_token_ids.push_back(eos->get<int>());
       else if (eos->is_array()) {
         for (auto& e : *eos) {
           if (!e.is_number_integer()) fail("{}: eos_token_id entries must be integers", where);
@@ -197,8 +199,11 @@ json GptOssConfig::to_hf_json() const {
       {"model_type", "gpt_oss"},
       {"attention_bias", true},
       {"attention_dropout", 0.0},
-      {"eos_token_id", eos_token_ids.size() == 1 ? json(eos_token_ids[0]) : json(eos_token_ids)},
-      {"pad_token_id", 199999},
+      {"eos_token_id", eos_token_ids.empty()       ? json(nullptr)
+                       : eos_token_ids.size() == 1 ? json(eos_token_ids[0])
+                                                   : json(eos_token_ids)},
+      // Published value; small test vocabularies have no such row.
+      {"pad_token_id", vocab > 199999 ? json(199999) : json(nullptr)},
       {"experts_per_token", experts_per_token},
       {"head_dim", head_dim},
       {"hidden_act", "silu"},

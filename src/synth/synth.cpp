@@ -32,6 +32,7 @@ GptOssConfig make_config(int layers, int hidden, int heads, int kv_heads, int he
   c.sliding_window = window;
   c.layer_is_sliding.assign(layers, false);
   for (int l = 0; l < layers; l += 2) c.layer_is_sliding[l] = true;
+  std::erase_if(c.eos_token_ids, [&](int id) { return id >= vocab; });  // small test vocabularies
   c.validate("synth preset");
   return c;
 }
@@ -206,12 +207,13 @@ uint64_t synth_checkpoint(const SynthPreset& preset, const std::string& out_dir,
   if (n > 1) write_json(fs::path(out_dir) / "model.safetensors.index.json",
                         {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
   write_json(fs::path(out_dir) / "config.json", c.to_hf_json());
-  write_json(fs::path(out_dir) / "generation_config.json",
-             {{"bos_token_id", 199998},
-              {"do_sample", true},
-              {"eos_token_id", {200002, 199999, 200012}},
-              {"pad_token_id", 199999},
-              {"transformers_version", "4.55.0.dev0"}});
+  nlohmann::json gen = {{"do_sample", true}, {"transformers_version", "4.55.0.dev0"}};
+  if (c.vocab > 200012) {  // the published special ids exist only in the full vocabulary
+    gen["bos_token_id"] = 199998;
+    gen["eos_token_id"] = {200002, 199999, 200012};
+    gen["pad_token_id"] = 199999;
+  }
+  write_json(fs::path(out_dir) / "generation_config.json", gen);
   write_json(fs::path(out_dir) / "osprey_synth.json", {{"preset", preset.name}, {"seed", opt.seed}});
   return total;
 }

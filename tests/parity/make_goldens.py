@@ -91,10 +91,16 @@ def main():
         tokens = rng.integers(0, cfg.vocab_size, size=T).tolist()
         with torch.no_grad():
             logits = model(torch.tensor([tokens])).logits[0].float().numpy()
-            logits64 = model.double()(torch.tensor([tokens])).logits[0].numpy()
+        rel64_worst = None
+        try:  # a float64 run bounds the reference's own rounding (its grouped-mm experts may refuse float64)
+            with torch.no_grad():
+                logits64 = model.double()(torch.tensor([tokens])).logits[0].numpy()
+            rel64 = np.linalg.norm(logits - logits64, axis=1) / np.linalg.norm(logits64, axis=1)
+            rel64_worst = float(rel64.max())
+            print(f"  float32 vs float64 reference: worst per-position relative error {rel64_worst:.3g}")
+        except RuntimeError as e:
+            print(f"  (no float64 reference: {str(e).splitlines()[0]})")
         model.float()
-        rel64 = np.linalg.norm(logits - logits64, axis=1) / np.linalg.norm(logits64, axis=1)
-        print(f"  float32 vs float64 reference: worst per-position relative error {rel64.max():.3g}")
         prompt = tokens[:P]
         new = greedy_recompute(model, prompt, N)
         with torch.no_grad():
@@ -121,7 +127,7 @@ def main():
             "greedy_prompt": prompt, "greedy_new_tokens": new,
             "reference": f"transformers {transformers.__version__} GptOssForCausalLM, float32, eager attention, "
                          f"CPU, torch {torch.__version__}; experts via transformers' MXFP4 dequantization",
-            "reference_fp32_vs_fp64_worst_rel": float(rel64.max()),
+            "reference_fp32_vs_fp64_worst_rel": rel64_worst,
             "osprey_cpu_worst_rel_at_generation": float(rel.max()),
         }
         json.dump(meta, open(os.path.join(d, "meta.json"), "w"), indent=1)

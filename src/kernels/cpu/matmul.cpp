@@ -2,6 +2,7 @@
 // decoded once per tile of up to 4 tokens and reused across the tile. AVX2+FMA with a scalar
 // fallback; both accumulate in fp32.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 #include <immintrin.h>
@@ -14,6 +15,16 @@ namespace osprey::cpu {
 namespace {
 
 constexpr int kTokenTile = 4;
+
+// 2^(s-127) / 2: the scale of the doubled int8 E2M1 table.
+inline float mxfp4_half_scale(uint8_t s) {
+  static const auto table = [] {
+    std::array<float, 256> t;
+    for (int i = 0; i < 256; ++i) t[i] = 0.5f * e8m0_to_f32(uint8_t(i));
+    return t;
+  }();
+  return table[s];
+}
 constexpr int kRowBlock = 16;
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -29,62 +40,81 @@ inline __m256 load_bf16x8(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// out[t] = <W row, x[t]> for NT tokens.
+// out[t] = <W row, x[t]> for NT tokens. U vectors per step keep enough independent FMA chains in
+// flight (FMA latency 4 x 2 ports): 4 for one token, 2 per token otherwise.
 template <int NT>
 void bf16_row_dot(const bf16* w, const float* x, int K, float* out) {
-  __m256 acc[NT][2];
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  constexpr int U = NT == 1 ? 4 : 2;
+  __m256 acc[NT][U];
+  for (int t = 0; t < NT; ++t)
+    for (int u = 0; u < U; ++u) acc[t][u] = _mm256_setzero_ps();
   int k = 0;
-  for (; k + 16 <= K; k += 16) {
-    __m256 w0 = load_bf16x8(w + k), w1 = load_bf16x8(w + k + 8);
-    for (int t = 0; t < NT; ++t) {
-      acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + size_t(t) * K + k), acc[t][0]);
-      acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + size_t(t) * K + k + 8), acc[t][1]);
-    }
+  for (; k + 8 * U <= K; k += 8 * U) {
+    __m256 wv[U];
+    for (int u = 0; u < U; ++u) wv[u] = load_bf16x8(w + k + 8 * u);
+    for (int t = 0; t < NT; ++t)
+      for (int u = 0; u < U; ++u)
+        acc[t][u] = _mm256_fmadd_ps(wv[u], _mm256_loadu_ps(x + size_t(t) * K + k + 8 * u), acc[t][u]);
+  }
+  for (; k + 8 <= K; k += 8) {
+    __m256 wv = load_bf16x8(w + k);
+    for (int t = 0; t < NT; ++t) acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + size_t(t) * K + k), acc[t][0]);
   }
   for (int t = 0; t < NT; ++t) {
-    float s = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+    __m256 a = acc[t][0];
+    for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[t][u]);
+    float s = hsum(a);
     for (int kk = k; kk < K; ++kk) s += bf16_to_f32(w[kk]) * x[size_t(t) * K + kk];
     out[t] = s;
   }
 }
 
-// MXFP4: the E2M1 table doubled to int8 (exact), halved back in the scale.
+// MXFP4 with few shuffles: the E2M1 table doubled to int8 (exact; halved back in the scale), one
+// byte shuffle per group, then bytes sign-extended to int32 by shifts. That leaves the group's 32
+// values in a fixed permuted order, so x is permuted once per call to match (mxfp4_permute_x).
+// Vector k (0..3), lane L (0: low nibbles = even columns, 1: high nibbles = odd columns), dword d:
+// packed byte 4d + k, column 2 (4d + k) + L.
+constexpr bool kMxfp4PermutedX = true;
+inline int mxfp4_perm_column(int i) {  // i: position in the permuted group -> column in the group
+  const int k = i / 8, L = (i % 8) / 4, d = i % 4;
+  return 2 * (4 * d + k) + L;
+}
+
 template <int NT>
-void mxfp4_row_dot(const uint8_t* blocks, const uint8_t* scales, const float* x, int K, float* out) {
-  static const float* half_scale = [] {
-    static float t[256];
-    for (int s = 0; s < 256; ++s) t[s] = 0.5f * e8m0_to_f32(uint8_t(s));
-    return t;
-  }();
-  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+void mxfp4_row_dot(const uint8_t* blocks, const uint8_t* scales, const float* xp, int K, float* out) {
+  const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
+                                       0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i lane_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  __m256 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   const int G = K / kMxfp4Group;
-  for (int g = 0; g < G; ++g) {
-    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + g * kMxfp4GroupBytes));
-    __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, low4));
-    __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
-    __m128i e0 = _mm_unpacklo_epi8(lo, hi);  // columns 0..15 of the group
-    __m128i e1 = _mm_unpackhi_epi8(lo, hi);  // columns 16..31
-    __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e0));
-    __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e0, 8)));
-    __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e1));
-    __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e1, 8)));
-    __m256 s = _mm256_set1_ps(half_scale[scales[g]]);
+  auto group = [&](int g, int parity) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + g * kMxfp4GroupBytes)));
+    __m256i vals = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(v, lane_shift), low4));
+    __m256 w0 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(vals, 24), 24));
+    __m256 w1 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(vals, 16), 24));
+    __m256 w2 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(vals, 8), 24));
+    __m256 w3 = _mm256_cvtepi32_ps(_mm256_srai_epi32(vals, 24));
+    __m256 s = _mm256_set1_ps(mxfp4_half_scale(scales[g]));
     for (int t = 0; t < NT; ++t) {
-      const float* xg = x + size_t(t) * K + g * kMxfp4Group;
-      __m256 d = _mm256_mul_ps(w0, _mm256_loadu_ps(xg));
-      d = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xg + 8), d);
-      d = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xg + 16), d);
-      d = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xg + 24), d);
-      acc[t] = _mm256_fmadd_ps(d, s, acc[t]);
+      const float* xg = xp + size_t(t) * K + g * kMxfp4Group;
+      __m256 d01 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xg + 8), _mm256_mul_ps(w0, _mm256_loadu_ps(xg)));
+      __m256 d23 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xg + 24), _mm256_mul_ps(w2, _mm256_loadu_ps(xg + 16)));
+      acc[t][parity] = _mm256_fmadd_ps(_mm256_add_ps(d01, d23), s, acc[t][parity]);
     }
+  };
+  int g = 0;
+  for (; g + 2 <= G; g += 2) {
+    group(g, 0);
+    group(g + 1, 1);
   }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  if (g < G) group(g, 0);
+  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
 }
 #else
+constexpr bool kMxfp4PermutedX = false;
+inline int mxfp4_perm_column(int i) { return i; }
 template <int NT>
 void bf16_row_dot(const bf16* w, const float* x, int K, float* out) {
   for (int t = 0; t < NT; ++t) {
@@ -141,6 +171,16 @@ void f32_bf16w_matmul(const float* x, const bf16* W, const bf16* bias, float* y,
 void f32_mxfp4w_matmul(const float* x, const uint8_t* blocks, const uint8_t* scales, const bf16* bias, float* y,
                        int T, int N, int K) {
   const int G = K / kMxfp4Group;
+  // x in the kernel's per-group column order: built once, read by every row.
+  std::vector<float> xp;
+  if (kMxfp4PermutedX) {
+    xp.resize(size_t(T) * K);
+    for (int t = 0; t < T; ++t)
+      for (int g = 0; g < G; ++g)
+        for (int i = 0; i < kMxfp4Group; ++i)
+          xp[size_t(t) * K + g * kMxfp4Group + i] = x[size_t(t) * K + g * kMxfp4Group + mxfp4_perm_column(i)];
+    x = xp.data();
+  }
   tiled_matmul(x, bias, y, T, N, K, [&]<int NT>(int n, const float* xt, float* out) {
     mxfp4_row_dot<NT>(blocks + size_t(n) * G * kMxfp4GroupBytes, scales + size_t(n) * G, xt, K, out);
   });
