@@ -12,6 +12,12 @@ void add_logits(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_inspect(CLI::App& app);
+void add_tokenize(CLI::App& app);
+void add_render(CLI::App& app);
+void add_parse(CLI::App& app);
+
+// --text S or --file F
+std::string read_text_arg(const std::string& text, const std::string& file);
 
 // "1,2,3" -> ids; throws Error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   osprey::cli::add_generate(app);
   osprey::cli::add_bench(app);
   osprey::cli::add_inspect(app);
+  osprey::cli::add_tokenize(app);
   app.parse_complete_callback([&] {
     if (threads > 0) omp_set_num_threads(threads);
   });

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/safetensors_writer.h"
+#include "harmony/o200k.h"
+#include "harmony/tokenizer.h"
 
 namespace osprey {
 namespace fs = std::filesystem;
@@ -215,6 +217,13 @@ uint64_t synth_checkpoint(const SynthPreset& preset, const std::string& out_dir,
   }
   write_json(fs::path(out_dir) / "generation_config.json", gen);
   write_json(fs::path(out_dir) / "osprey_synth.json", {{"preset", preset.name}, {"seed", opt.seed}});
+  if (c.vocab == harmony::kO200kHarmonyVocab) {  // the real tokenizer fits: ship it as published
+    const harmony::Tokenizer& tok = harmony::Tokenizer::embedded_o200k_harmony();
+    std::ofstream(fs::path(out_dir) / "tokenizer.json") << tok.to_hf_json();
+    write_json(fs::path(out_dir) / "tokenizer_config.json",
+               {{"bos_token", "<|startoftext|>"}, {"eos_token", "<|return|>"}, {"pad_token", "<|endoftext|>"},
+                {"model_max_length", c.max_position_embeddings}, {"tokenizer_class", "PreTrainedTokenizerFast"}});
+  }
   return total;
 }
 
