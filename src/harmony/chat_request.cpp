@@ -1,0 +1,200 @@
+#include "harmony/chat_request.h"
+
+#include <ctime>
+#include <map>
+
+#include "core/error.h"
+
+namespace osprey::harmony {
+
+namespace {
+
+std::string content_text(const ordered_json& c, const std::string& where) {
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {
+    std::string s;
+    for (auto& part : c) {
+      if (!part.is_object() || !part.contains("type")) fail("{}: content parts must be objects with a type", where);
+      std::string type = part["type"].is_string() ? part["type"].get<std::string>() : "";
+      if (type != "text") fail("{}: content part type '{}' is not supported (text only)", where, type);
+      if (!part.contains("text") || !part["text"].is_string()) fail("{}: a text part needs a string 'text'", where);
+      s += part["text"].get<std::string>();
+    }
+    return s;
+  }
+  fail("{}: content must be a string, an array of parts, or null", where);
+}
+
+std::string effort(const ordered_json& req) {
+  std::string e = "medium";
+  if (auto it = req.find("reasoning_effort"); it != req.end() && !it->is_null()) {
+    if (!it->is_string()) fail("reasoning_effort must be a string");
+    e = it->get<std::string>();
+  } else if (auto r = req.find("reasoning"); r != req.end() && r->is_object() && r->contains("effort")) {
+    if (!(*r)["effort"].is_string()) fail("reasoning.effort must be a string");
+    e = (*r)["effort"].get<std::string>();
+  }
+  if (e == "minimal") e = "low";
+  if (e == "xhigh") e = "high";
+  if (e != "low" && e != "medium" && e != "high")
+    fail("reasoning_effort '{}' is not supported (low, medium, high; gpt-oss has no mode without reasoning)", e);
+  return e;
+}
+
+ToolNamespace function_tools(const ordered_json& tools) {
+  if (!tools.is_array()) fail("tools must be an array");
+  ToolNamespace ns{"functions", std::nullopt, {}};
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& t = tools[i];
+    std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function") fail("{}: only type 'function' tools are supported", where);
+    auto f = t.find("function");
+    if (f == t.end() || !f->is_object()) fail("{}: missing 'function' object", where);
+    auto name = f->find("name");
+    if (name == f->end() || !name->is_string() || name->get<std::string>().empty())
+      fail("{}.function.name must be a non-empty string", where);
+    ToolDescription d{name->get<std::string>(), "", nullptr};
+    if (auto desc = f->find("description"); desc != f->end() && !desc->is_null()) {
+      if (!desc->is_string()) fail("{}.function.description must be a string", where);
+      d.description = desc->get<std::string>();
+    }
+    if (auto p = f->find("parameters"); p != f->end() && !p->is_null()) {
+      if (!p->is_object()) fail("{}.function.parameters must be a JSON schema object", where);
+      if (p->contains("type") && (*p)["type"] != "object")
+        fail("{}.function.parameters must be an object schema (type 'object')", where);
+      if (p->contains("properties") && !(*p)["properties"].is_object())
+        fail("{}.function.parameters.properties must be an object", where);
+      d.parameters = *p;
+    }
+    ns.tools.push_back(std::move(d));
+  }
+  return ns;
+}
+
+}  // namespace
+
+std::string today_utc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+std::vector<Message> conversation_from_chat_request(const ordered_json& req, const ChatRenderSettings& settings) {
+  if (!req.is_object()) fail("the request body must be a JSON object");
+  auto msgs_it = req.find("messages");
+  if (msgs_it == req.end() || !msgs_it->is_array()) fail("'messages' must be an array");
+  if (msgs_it->empty()) fail("'messages' must not be empty");
+
+  SystemContent sys;
+  sys.reasoning_effort = effort(req);
+  if (!settings.current_date.empty()) sys.conversation_start_date = settings.current_date;
+
+  bool tools_enabled = true;
+  if (auto tc = req.find("tool_choice"); tc != req.end() && !tc->is_null()) {
+    if (tc->is_string()) {
+      std::string v = tc->get<std::string>();
+      if (v != "none" && v != "auto" && v != "required") fail("tool_choice '{}' is not one of none, auto, required", v);
+      tools_enabled = v != "none";
+    } else if (!tc->is_object()) {
+      fail("tool_choice must be a string or an object");
+    }
+  }
+  DeveloperContent dev;
+  if (auto tools = req.find("tools"); tools != req.end() && !tools->is_null() && tools_enabled) {
+    ToolNamespace ns = function_tools(*tools);
+    if (!ns.tools.empty()) dev.tools["functions"] = std::move(ns);
+  }
+
+  // Client system and developer texts, in order, become the developer instructions.
+  std::vector<std::string> instructions;
+  const ordered_json& msgs = *msgs_it;
+  // An assistant's reasoning is kept only if no later assistant message carries a final answer.
+  std::vector<bool> final_after(msgs.size() + 1, false);
+  for (size_t i = msgs.size(); i-- > 0;) {
+    const ordered_json& m = msgs[i];
+    bool is_final = m.is_object() && m.value("role", "") == "assistant" && m.contains("content") &&
+                    !m["content"].is_null() && !(m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty());
+    final_after[i] = final_after[i + 1] || is_final;
+  }
+  std::vector<Message> body;
+  std::map<std::string, std::string> call_names;  // tool_call_id -> function name
+  std::string last_call_name;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ordered_json& m = msgs[i];
+    std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) fail("{} must be an object", where);
+    auto role_it = m.find("role");
+    if (role_it == m.end() || !role_it->is_string()) fail("{}.role must be a string", where);
+    std::string role = role_it->get<std::string>();
+    if (role == "system" || role == "developer") {
+      std::string t = content_text(m.value("content", ordered_json()), where + ".content");
+      if (!t.empty()) instructions.push_back(t);
+    } else if (role == "user") {
+      body.push_back({"user", std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                      content_text(m.value("content", ordered_json()), where + ".content")});
+    } else if (role == "assistant") {
+      std::string reasoning;
+      for (const char* key : {"reasoning_content", "reasoning"})
+        if (auto r = m.find(key); r != m.end() && r->is_string()) reasoning = r->get<std::string>();
+      std::string content = content_text(m.value("content", ordered_json()), where + ".content");
+      const ordered_json* calls = m.contains("tool_calls") && m["tool_calls"].is_array() ? &m["tool_calls"] : nullptr;
+      if (!reasoning.empty() && !final_after[i + 1])
+        body.push_back({"assistant", std::nullopt, std::nullopt, "analysis", std::nullopt, reasoning});
+      if (calls && !calls->empty()) {
+        if (!content.empty())  // a preamble: user-visible commentary without a recipient
+          body.push_back({"assistant", std::nullopt, std::nullopt, "commentary", std::nullopt, content});
+        for (size_t c = 0; c < calls->size(); ++c) {
+          const ordered_json& call = (*calls)[c];
+          std::string cw = where + ".tool_calls[" + std::to_string(c) + "]";
+          if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+            fail("{} needs a 'function' object", cw);
+          const ordered_json& f = call["function"];
+          if (!f.contains("name") || !f["name"].is_string()) fail("{}.function.name must be a string", cw);
+          std::string name = f["name"].get<std::string>();
+          std::string args = "{}";
+          if (f.contains("arguments")) {
+            if (f["arguments"].is_string()) args = f["arguments"].get<std::string>();  // verbatim, never re-quoted
+            else if (f["arguments"].is_object()) args = f["arguments"].dump();
+            else fail("{}.function.arguments must be a JSON string", cw);
+          }
+          if (call.contains("id") && call["id"].is_string()) call_names[call["id"].get<std::string>()] = name;
+          last_call_name = name;
+          body.push_back({"assistant", std::nullopt, "functions." + name, "commentary", "<|constrain|>json", args});
+        }
+      } else if (!content.empty() || reasoning.empty()) {
+        body.push_back({"assistant", std::nullopt, std::nullopt, "final", std::nullopt, content});
+      }
+    } else if (role == "tool") {
+      std::string name;
+      if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string() && call_names.count(id->get<std::string>()))
+        name = call_names[id->get<std::string>()];
+      else if (auto n = m.find("name"); n != m.end() && n->is_string())
+        name = n->get<std::string>();
+      else if (!last_call_name.empty())
+        name = last_call_name;
+      else
+        fail("{}: a tool message must follow an assistant tool call (unknown tool_call_id)", where);
+      body.push_back({"tool", "functions." + name, "assistant", "commentary", std::nullopt,
+                      content_text(m.value("content", ordered_json()), where + ".content")});
+    } else {
+      fail("{}.role '{}' is not one of system, developer, user, assistant, tool", where, role);
+    }
+  }
+  std::vector<Message> conv;
+  conv.push_back({"system", std::nullopt, std::nullopt, std::nullopt, std::nullopt, sys});
+  if (!instructions.empty()) {
+    std::string joined;
+    for (size_t i = 0; i < instructions.size(); ++i) joined += (i ? "\n\n" : "") + instructions[i];
+    dev.instructions = joined;
+  }
+  if (dev.instructions || !dev.tools.empty())
+    conv.push_back({"developer", std::nullopt, std::nullopt, std::nullopt, std::nullopt, dev});
+  conv.insert(conv.end(), body.begin(), body.end());
+  return conv;
+}
+
+}  // namespace osprey::harmony

@@ -1,0 +1,26 @@
+// OpenAI chat-completions request -> Harmony conversation (harmony.md section 4.1, "Us" rules):
+// all client system/developer texts become the developer # Instructions; tools the `functions`
+// namespace (omitted for tool_choice "none"); reasoning_effort (or reasoning.effort) the system
+// Reasoning line; assistant history keeps its reasoning only when no final answer follows it;
+// each tool call is its own commentary message to functions.NAME ended by <|call|>; tool
+// results are authored by functions.NAME (found through tool_call_id) and addressed to assistant.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harmony/conversation.h"
+
+namespace osprey::harmony {
+
+struct ChatRenderSettings {
+  std::string current_date;  // YYYY-MM-DD for the system message; empty: none
+};
+
+// Throws osprey::Error naming the offending field on a malformed request.
+std::vector<Message> conversation_from_chat_request(const ordered_json& request, const ChatRenderSettings& settings);
+
+// "2026-11-29" in UTC.
+std::string today_utc();
+
+}  // namespace osprey::harmony
