@@ -142,7 +142,7 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
         if (auto r = m.find(key); r != m.end() && r->is_string()) reasoning = r->get<std::string>();
       std::string content = content_text(m.value("content", ordered_json()), where + ".content");
       const ordered_json* calls = m.contains("tool_calls") && m["tool_calls"].is_array() ? &m["tool_calls"] : nullptr;
-      if (!reasoning.empty() && !final_after[i + 1])
+      if (!reasoning.empty() && !final_after[i])  // this message's own answer counts
         body.push_back({"assistant", std::nullopt, std::nullopt, "analysis", std::nullopt, reasoning});
       if (calls && !calls->empty()) {
         if (!content.empty())  // a preamble: user-visible commentary without a recipient
