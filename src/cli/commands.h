@@ -15,6 +15,8 @@ void add_inspect(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_render(CLI::App& app);
 void add_parse(CLI::App& app);
+void add_serve(CLI::App& app);
+void add_chat(CLI::App& app);
 
 // --text S or --file F
 std::string read_text_arg(const std::string& text, const std::string& file);

@@ -12,11 +12,11 @@ namespace {
 
 // Keys/values for one layer: positions before the chunk from the cache, the chunk's own from its buffers.
 struct ChunkKv final : cpu::KvSource {
-  const KvCache& cache;
+  const SequenceKv& cache;
   int layer, p0;
   const float *k, *v;  // [T][kv_heads][head_dim]
   size_t row, head_dim;
-  ChunkKv(const KvCache& c, int l, int p0_, const float* k_, const float* v_, size_t row_, size_t d)
+  ChunkKv(const SequenceKv& c, int l, int p0_, const float* k_, const float* v_, size_t row_, size_t d)
       : cache(c), layer(l), p0(p0_), k(k_), v(v_), row(row_), head_dim(d) {}
   const float* key(int pos, int g) const override {
     return pos >= p0 ? k + size_t(pos - p0) * row + g * head_dim : cache.key(layer, pos, g);
@@ -47,33 +47,59 @@ KvCache GptOssCpuModel::new_cache() const {
   return KvCache(windows, c.num_kv_heads, c.head_dim);
 }
 
-std::vector<float> GptOssCpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const {
+std::vector<float> GptOssCpuModel::forward(std::span<const int32_t> tokens, SequenceKv& kv, bool all_logits) const {
+  SequenceChunk c{tokens, &kv, all_logits};
+  return std::move(forward_batch(std::span(&c, 1))[0]);
+}
+
+std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const SequenceChunk> chunks) const {
   const GptOssConfig& c = w_.config;
-  const int T = int(tokens.size()), H = c.hidden;
+  const int H = c.hidden;
+  std::vector<int32_t> tokens, pos;  // [T] over all chunks
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.tokens.empty()) fail("forward: a chunk has no tokens");
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      const int32_t tok = ch.tokens[i];
+      if (tok < 0 || tok >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", tok, c.vocab);
+      tokens.push_back(tok);
+      pos.push_back(ch.kv->length() + int32_t(i));
+    }
+  }
+  const int T = int(tokens.size());
   if (T == 0) fail("forward: no tokens");
-  for (int32_t tok : tokens)
-    if (tok < 0 || tok >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", tok, c.vocab);
-  std::vector<int32_t> pos(T);
-  for (int t = 0; t < T; ++t) pos[t] = cache.length() + t;
 
   std::vector<float> x(size_t(T) * H);  // residual stream [T][H]
   cpu::bf16_embedding(w_.embed.w, tokens.data(), x.data(), T, H);
   for (int l = 0; l < c.num_layers; ++l) {
-    attention_block(w_.layers[l], l, x.data(), pos.data(), T, cache);
+    attention_block(w_.layers[l], l, x.data(), pos.data(), chunks, T);
     moe_block(w_.layers[l], x.data(), T);
   }
-  cache.advance(T);
-
-  const int first = all_logits ? 0 : T - 1, n_out = T - first;
-  std::vector<float> h(size_t(n_out) * H);
-  cpu::f32_bf16w_rmsnorm(x.data() + size_t(first) * H, w_.final_norm, h.data(), n_out, H, float(c.rms_norm_eps));
-  std::vector<float> logits(size_t(n_out) * c.vocab);
-  cpu::f32_bf16w_matmul(h.data(), w_.unembed.w, /*bias=*/nullptr, logits.data(), n_out, c.vocab, H);
-  return logits;
+  // Rows that need logits: every row of an all_logits chunk, else its last.
+  std::vector<int> rows;
+  int t0 = 0;
+  for (const SequenceChunk& ch : chunks) {
+    ch.kv->advance(int(ch.tokens.size()));
+    const int n = int(ch.tokens.size());
+    for (int i = ch.all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(t0 + i);
+    t0 += n;
+  }
+  const int R = int(rows.size());
+  std::vector<float> sel(size_t(R) * H), h(size_t(R) * H), logits(size_t(R) * c.vocab);
+  for (int r = 0; r < R; ++r) std::copy_n(&x[size_t(rows[r]) * H], H, &sel[size_t(r) * H]);
+  cpu::f32_bf16w_rmsnorm(sel.data(), w_.final_norm, h.data(), R, H, float(c.rms_norm_eps));
+  cpu::f32_bf16w_matmul(h.data(), w_.unembed.w, /*bias=*/nullptr, logits.data(), R, c.vocab, H);
+  std::vector<std::vector<float>> out;
+  int r0 = 0;
+  for (const SequenceChunk& ch : chunks) {
+    const int n = ch.all_logits ? int(ch.tokens.size()) : 1;
+    out.emplace_back(logits.begin() + size_t(r0) * c.vocab, logits.begin() + size_t(r0 + n) * c.vocab);
+    r0 += n;
+  }
+  return out;
 }
 
-void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, float* x, const int32_t* pos, int T,
-                                     KvCache& cache) const {
+void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, float* x, const int32_t* pos,
+                                     std::span<const SequenceChunk> chunks, int T) const {
   const GptOssConfig& c = w_.config;
   const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim();
   std::vector<float> h(size_t(T) * H), q(size_t(T) * Q), k(size_t(T) * KV), v(size_t(T) * KV);
@@ -86,15 +112,21 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
   cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
 
-  ChunkKv kv(cache, layer, pos[0], k.data(), v.data(), size_t(KV), size_t(c.head_dim));
-  cpu::f32_bf16sink_attention(q.data(), pos, kv, L.sinks, attn.data(), T,
-                              {.num_heads = c.num_heads,
-                               .num_kv_heads = c.num_kv_heads,
-                               .head_dim = c.head_dim,
-                               .window = L.sliding ? c.sliding_window : 0,
-                               .scale = 1.0f / std::sqrt(float(c.head_dim))});
-  cache.append(layer, k.data(), v.data(), T);
-
+  const cpu::AttentionShape shape{.num_heads = c.num_heads,
+                                  .num_kv_heads = c.num_kv_heads,
+                                  .head_dim = c.head_dim,
+                                  .window = L.sliding ? c.sliding_window : 0,
+                                  .scale = 1.0f / std::sqrt(float(c.head_dim))};
+  int t0 = 0;
+  for (const SequenceChunk& ch : chunks) {  // each sequence against its own keys
+    const int n = int(ch.tokens.size());
+    const float* kc = k.data() + size_t(t0) * KV;
+    const float* vc = v.data() + size_t(t0) * KV;
+    ChunkKv kv(*ch.kv, layer, pos[t0], kc, vc, size_t(KV), size_t(c.head_dim));
+    cpu::f32_bf16sink_attention(q.data() + size_t(t0) * Q, pos + t0, kv, L.sinks, attn.data() + size_t(t0) * Q, n, shape);
+    ch.kv->append(layer, kc, vc, n);
+    t0 += n;
+  }
   cpu::f32_bf16w_matmul(attn.data(), L.o.w, L.o_bias, o.data(), T, H, Q);
   for (size_t i = 0; i < o.size(); ++i) x[i] += o[i];
 }

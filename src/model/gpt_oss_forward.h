@@ -1,4 +1,7 @@
-// The gpt-oss forward pass on the CPU: fp32 activations, weights read as stored.
+// The gpt-oss forward pass on the CPU: fp32 activations, weights read as stored. One call runs
+// chunks of several sequences together: the matmuls and the MoE see every token of the step,
+// attention runs per sequence against its own KV. A token's result does not depend on the
+// other tokens of the batch (the kernels sum in a fixed order).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -10,6 +13,12 @@
 
 namespace osprey {
 
+struct SequenceChunk {
+  std::span<const int32_t> tokens;  // at positions kv->length() ..
+  SequenceKv* kv;
+  bool all_logits;                  // logits for every token, or the last one only
+};
+
 class GptOssCpuModel {
  public:
   explicit GptOssCpuModel(const GptOssWeights& w);
@@ -17,13 +26,13 @@ class GptOssCpuModel {
   const GptOssConfig& config() const { return w_.config; }
   KvCache new_cache() const;
 
-  // Runs tokens at positions cache.length() .. +T-1, appends them to the cache, and returns
-  // logits [T][vocab] (all_logits) or [1][vocab] for the last token.
-  std::vector<float> forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const;
+  // Logits per chunk: [T][vocab] (all_logits) or [1][vocab]. Appends every chunk to its KV.
+  std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const;
+  std::vector<float> forward(std::span<const int32_t> tokens, SequenceKv& kv, bool all_logits) const;
 
  private:
-  void attention_block(const GptOssLayerWeights& L, int layer, float* x, const int32_t* pos, int T,
-                       KvCache& cache) const;
+  void attention_block(const GptOssLayerWeights& L, int layer, float* x, const int32_t* pos,
+                       std::span<const SequenceChunk> chunks, int T) const;
   void moe_block(const GptOssLayerWeights& L, float* x, int T) const;
 
   const GptOssWeights& w_;

@@ -40,11 +40,12 @@ inline __m256 load_bf16x8(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// out[t] = <W row, x[t]> for NT tokens. U vectors per step keep enough independent FMA chains in
-// flight (FMA latency 4 x 2 ports): 4 for one token, 2 per token otherwise.
+// out[t] = <W row, x[t]> for NT tokens. Each token's sum runs in the same order whatever NT is
+// (U = 2 vectors per step for every NT), so a token's result does not depend on which other
+// tokens share its batch: the engine's outputs are batch-invariant.
 template <int NT>
 void bf16_row_dot(const bf16* w, const float* x, int K, float* out) {
-  constexpr int U = NT == 1 ? 4 : 2;
+  constexpr int U = 2;
   __m256 acc[NT][U];
   for (int t = 0; t < NT; ++t)
     for (int u = 0; u < U; ++u) acc[t][u] = _mm256_setzero_ps();

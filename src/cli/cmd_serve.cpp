@@ -1,0 +1,63 @@
+#include <csignal>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "harmony/tokenizer.h"
+#include "server/openai_server.h"
+
+namespace osprey::cli {
+
+namespace {
+server::OpenAiServer* g_server = nullptr;
+void on_signal(int) {
+  if (g_server) g_server->stop();
+}
+}  // namespace
+
+void add_serve(CLI::App& app) {
+  struct Args {
+    std::string model, host = "127.0.0.1", backend = "cpu", name;
+    int port = 8000, max_batch = 64, max_seq_len = 4096, max_queue = 256, kv_blocks = 0, max_batched_tokens = 512;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  cmd->add_option("--model", args->model, "checkpoint directory (with its tokenizer)")->required();
+  cmd->add_option("--host", args->host, "address to bind");
+  cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--backend", args->backend, "cpu")->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--max-batch", args->max_batch, "sequences decoded together")->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-seq-len", args->max_seq_len, "context per request (prompt + output)")->check(CLI::Range(16, 131072));
+  cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-batched-tokens", args->max_batched_tokens, "tokens per engine step")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-blocks", args->kv_blocks, "KV-cache blocks of 16 tokens (0: max-batch x max-seq-len)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
+  cmd->callback([args] {
+    log_info("loading {}", args->model);
+    GptOssWeights w = GptOssWeights::load(args->model);
+    harmony::Tokenizer tok = harmony::Tokenizer::for_model_dir(args->model);
+    GptOssCpuModel model(w);
+    EngineConfig ec{.max_batch = args->max_batch, .max_batched_tokens = args->max_batched_tokens,
+                    .max_queue = args->max_queue, .max_seq_len = std::min(args->max_seq_len, w.config.max_position_embeddings),
+                    .kv_block_size = 16, .kv_blocks = args->kv_blocks};
+    Engine engine(std::make_unique<CpuModelRunner>(model), ec);
+    std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
+    if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();
+    server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name});
+    g_server = &srv;
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGPIPE, SIG_IGN);
+    log_info("serving '{}' on http://{}:{} (backend cpu, max batch {}, context {})", name, args->host, args->port,
+             ec.max_batch, ec.max_seq_len);
+    if (!srv.listen()) fail("cannot listen on {}:{}", args->host, args->port);
+    g_server = nullptr;
+    log_info("stopped");
+  });
+}
+
+}  // namespace osprey::cli

@@ -1,0 +1,223 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace osprey {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+    default: return "none";
+  }
+}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+std::vector<std::vector<float>> CpuModelRunner::run(const StepPlan& plan) {
+  std::vector<SequenceChunk> chunks;
+  for (const ScheduledChunk& c : plan.chunks)
+    chunks.push_back({std::span(c.seq->tokens).subspan(c.start, c.count), c.seq->kv.get(), /*all_logits=*/false});
+  std::vector<std::vector<float>> logits = model_.forward_batch(chunks);
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < plan.chunks.size(); ++i)
+    if (plan.chunks[i].sample) out.push_back(std::move(logits[i]));
+  return out;
+}
+
+bool RequestHandle::next(TokenEvent& ev) {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return !events_.empty() || done_; });
+  if (events_.empty()) return false;
+  ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestHandle::push(TokenEvent ev) {
+  {
+    std::lock_guard lk(mu_);
+    if (ev.finish != FinishReason::None) done_ = true;
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+}
+
+static int default_blocks(const EngineConfig& c) {
+  return c.kv_blocks > 0 ? c.kv_blocks : c.max_batch * ((c.max_seq_len + c.kv_block_size - 1) / c.kv_block_size);
+}
+
+Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
+    : runner_(std::move(runner)),
+      cfg_(cfg),
+      pool_(runner_->config().num_layers, runner_->config().num_kv_heads, runner_->config().head_dim,
+            cfg.kv_block_size, default_blocks(cfg)),
+      scheduler_(pool_, {.max_batch = cfg.max_batch, .max_batched_tokens = cfg.max_batched_tokens}) {
+  metrics_.kv_blocks_free = pool_.free_blocks();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& [id, a] : active_) a.handle->push({-1, FinishReason::Cancelled, "server shutting down"});
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
+  const GptOssConfig& mc = runner_->config();
+  if (req.prompt.empty()) fail("the prompt is empty");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= mc.vocab) fail("prompt token {} is outside the vocabulary [0, {})", t, mc.vocab);
+  if (req.max_tokens < 1) fail("max_tokens must be at least 1");
+  const int total = int(req.prompt.size()) + req.max_tokens;
+  if (int(req.prompt.size()) >= cfg_.max_seq_len)
+    fail("the prompt has {} tokens; the context is {} (--max-seq-len)", req.prompt.size(), cfg_.max_seq_len);
+  if (total > cfg_.max_seq_len) req.max_tokens = cfg_.max_seq_len - int(req.prompt.size());
+  if (pool_.blocks_for(std::min(total, cfg_.max_seq_len)) > pool_.num_blocks())
+    fail("the request needs more KV blocks than the cache has");
+  req.sampling.validate();
+  auto seq = std::make_unique<Sequence>();
+  seq->tokens = req.prompt;
+  seq->prompt_len = int(req.prompt.size());
+  seq->max_tokens = req.max_tokens;
+  seq->stop_tokens = req.stop_tokens;
+  seq->sampler = std::make_unique<Sampler>(req.sampling);
+  auto handle = std::make_shared<RequestHandle>();
+  {
+    std::lock_guard lk(mu_);
+    if (scheduler_.waiting() + int(incoming_.size()) >= cfg_.max_queue) {
+      ++metrics_.requests_rejected;
+      throw QueueFull("the request queue is full");
+    }
+    seq->id = handle->id_ = next_id_++;
+    active_[seq->id] = {handle, now_s()};
+    ++metrics_.requests_total;
+    metrics_.prompt_tokens += req.prompt.size();
+    incoming_.push_back(std::move(seq));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+EngineMetrics Engine::metrics() {
+  std::lock_guard lk(mu_);
+  return metrics_;
+}
+
+void Engine::finish(int64_t id, FinishReason r, const std::string& error) {
+  scheduler_.remove(id);  // frees the blocks now
+  std::shared_ptr<RequestHandle> h;
+  {
+    std::lock_guard lk(mu_);
+    auto it = active_.find(id);
+    if (it == active_.end()) return;
+    h = it->second.handle;
+    active_.erase(it);
+    ++metrics_.requests_finished;
+    if (r == FinishReason::Cancelled) ++metrics_.requests_cancelled;
+  }
+  h->push({-1, r, error});
+}
+
+void Engine::loop() {
+  while (true) {
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !incoming_.empty() || scheduler_.running() + scheduler_.waiting() > 0; });
+      if (stop_) return;
+      for (auto& s : incoming_) scheduler_.add(std::move(s));
+      incoming_.clear();
+    }
+    step();
+  }
+}
+
+void Engine::step() {
+  // Cancellations first: their blocks go back before this step is planned.
+  std::vector<int64_t> cancelled;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, a] : active_)
+      if (a.handle->cancelled()) cancelled.push_back(id);
+  }
+  for (int64_t id : cancelled) finish(id, FinishReason::Cancelled);
+  if (!cancelled.empty()) update_gauges();
+
+  StepPlan plan = scheduler_.schedule();
+  if (plan.empty()) {
+    update_gauges();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  std::vector<std::vector<float>> logits;
+  try {
+    logits = runner_->run(plan);
+  } catch (const std::exception& e) {
+    log_info("engine step failed: {}", e.what());
+    for (auto& c : plan.chunks) finish(c.seq->id, FinishReason::Error, e.what());
+    return;
+  }
+  size_t li = 0;
+  std::vector<std::pair<int64_t, FinishReason>> done;
+  const double t = now_s();
+  for (ScheduledChunk& c : plan.chunks) {
+    Sequence& s = *c.seq;
+    s.num_computed = c.start + c.count;
+    if (!c.sample) continue;
+    const int32_t tok = s.sampler->sample(logits[li++]);
+    s.tokens.push_back(tok);
+    std::shared_ptr<RequestHandle> h;
+    {
+      std::lock_guard lk(mu_);
+      Active& a = active_[s.id];
+      h = a.handle;
+      if (s.generated() == 1) metrics_.ttft.observe(t - a.submitted);
+      else metrics_.itl.observe(t - a.last_token);
+      a.last_token = t;
+      ++metrics_.generated_tokens;
+    }
+    h->push({tok, FinishReason::None, {}});
+    if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), tok)) done.push_back({s.id, FinishReason::Stop});
+    else if (s.generated() >= s.max_tokens) done.push_back({s.id, FinishReason::Length});
+  }
+  for (auto& [id, r] : done) finish(id, r);
+  {
+    std::lock_guard lk(mu_);
+    ++metrics_.steps;
+    metrics_.preemptions += plan.preempted.size();
+  }
+  update_gauges();
+}
+
+void Engine::update_gauges() {
+  std::lock_guard lk(mu_);
+  metrics_.queue_depth = scheduler_.waiting() + int(incoming_.size());
+  metrics_.running = scheduler_.running();
+  metrics_.kv_blocks_used = pool_.used_blocks();
+  metrics_.kv_blocks_free = pool_.free_blocks();
+}
+
+}  // namespace osprey

@@ -1,0 +1,141 @@
+// The serving engine: token ids in, token ids out. A queue of requests, the scheduler's step
+// plans run by a model runner on one engine thread, per-request sampling, cancellation that
+// frees KV blocks at once, and the counters /metrics reports. It knows nothing of Harmony.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "model/gpt_oss_forward.h"
+
+namespace osprey {
+
+// What executes a step plan: logits for every chunk that samples (in plan order).
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual std::vector<std::vector<float>> run(const StepPlan& plan) = 0;
+  virtual const GptOssConfig& config() const = 0;
+};
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  explicit CpuModelRunner(const GptOssCpuModel& m) : model_(m) {}
+  std::vector<std::vector<float>> run(const StepPlan& plan) override;
+  const GptOssConfig& config() const override { return model_.config(); }
+
+ private:
+  const GptOssCpuModel& model_;
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+};
+
+struct TokenEvent {
+  int32_t token = -1;               // -1: no token (an error or a cancellation)
+  FinishReason finish = FinishReason::None;
+  std::string error;
+};
+
+// The requester's end of one generation: a queue of events, and cancellation.
+class RequestHandle {
+ public:
+  // Waits for the next event; false once the request is finished and drained.
+  bool next(TokenEvent& ev);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  int64_t id() const { return id_; }
+
+ private:
+  friend class Engine;
+  void push(TokenEvent ev);
+  int64_t id_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> events_;
+  bool done_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineConfig {
+  int max_batch = 64;
+  int max_batched_tokens = 512;
+  int max_queue = 256;        // waiting requests beyond this are refused (HTTP 429)
+  int max_seq_len = 4096;     // prompt + generated tokens
+  int kv_block_size = 16;
+  int kv_blocks = 0;          // 0: enough for max_batch sequences of max_seq_len
+};
+
+struct Histogram {
+  std::vector<double> bounds;  // upper bounds in seconds
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct EngineMetrics {
+  uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_rejected = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
+  int queue_depth = 0, running = 0, kv_blocks_used = 0, kv_blocks_free = 0;
+  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+};
+
+struct QueueFull : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg);
+  ~Engine();  // stops the engine thread; pending requests end as cancelled
+
+  // Throws QueueFull when the queue is full, Error when the request cannot ever fit.
+  std::shared_ptr<RequestHandle> submit(GenerationRequest req);
+  EngineMetrics metrics();
+  const EngineConfig& config() const { return cfg_; }
+  const GptOssConfig& model_config() const { return runner_->config(); }
+
+ private:
+  struct Active {
+    std::shared_ptr<RequestHandle> handle;
+    double submitted, last_token = 0;
+  };
+  void loop();
+  void step();
+  void finish(int64_t id, FinishReason r, const std::string& error = {});
+  void update_gauges();
+
+  std::unique_ptr<ModelRunner> runner_;
+  EngineConfig cfg_;
+  KvBlockPool pool_;
+  Scheduler scheduler_;
+  std::mutex mu_;  // guards incoming_, active_, metrics_
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Sequence>> incoming_;
+  std::unordered_map<int64_t, Active> active_;
+  EngineMetrics metrics_;
+  int64_t next_id_ = 1;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace osprey

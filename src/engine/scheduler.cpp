@@ -1,0 +1,80 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace osprey {
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  if (!seq->kv) seq->kv = std::make_unique<PagedKv>(pool_);
+  waiting_.push_back(std::move(seq));
+}
+
+Sequence* Scheduler::find(int64_t id) {
+  for (auto& s : running_)
+    if (s->id == id) return s.get();
+  for (auto& s : waiting_)
+    if (s->id == id) return s.get();
+  return nullptr;
+}
+
+std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
+  auto take = [&](auto& list) -> std::unique_ptr<Sequence> {
+    for (auto it = list.begin(); it != list.end(); ++it)
+      if ((*it)->id == id) {
+        std::unique_ptr<Sequence> s = std::move(*it);
+        list.erase(it);
+        s->kv->release_all();
+        s->num_computed = 0;
+        return s;
+      }
+    return nullptr;
+  };
+  if (auto s = take(running_)) return s;
+  return take(waiting_);
+}
+
+// Reserves blocks for `positions`, preempting the most recently admitted other sequences
+// (recompute preemption: their KV is dropped and they wait again) until it fits.
+bool Scheduler::ensure_blocks(Sequence& s, int positions, StepPlan& plan) {
+  while (!s.kv->reserve(positions)) {
+    auto victim = std::find_if(running_.rbegin(), running_.rend(), [&](auto& r) { return r.get() != &s; });
+    if (victim == running_.rend()) return false;
+    (*victim)->kv->release_all();
+    (*victim)->num_computed = 0;
+    plan.preempted.push_back((*victim)->id);
+    std::erase_if(plan.chunks, [&](const ScheduledChunk& c) { return c.seq == victim->get(); });
+    waiting_.push_front(std::move(*victim));
+    running_.erase(std::next(victim).base());
+  }
+  return true;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  int budget = cfg_.max_batched_tokens;
+  // Running sequences first: a decode step (1 token) or the rest of a chunked prefill.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& s = *running_[i];
+    const int known = int(s.tokens.size());
+    const int n = std::min(known - s.num_computed, budget);
+    if (n <= 0) continue;
+    if (!ensure_blocks(s, s.num_computed + n, plan)) break;
+    plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
+    budget -= n;
+  }
+  // Then admit waiting sequences while the batch, the budget and the KV pool allow.
+  while (!waiting_.empty() && budget > 0 && int(running_.size()) < cfg_.max_batch) {
+    Sequence& s = *waiting_.front();
+    const int known = int(s.tokens.size());
+    const int n = std::min(known - s.num_computed, budget);
+    if (!s.kv->reserve(s.num_computed + n)) break;  // no preemption to admit newcomers
+    plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
+    budget -= n;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  for (auto& c : plan.chunks) plan.num_tokens += c.count;
+  return plan;
+}
+
+}  // namespace osprey

@@ -1,0 +1,67 @@
+// Iteration-level scheduler for continuous batching. Each step it returns a plain plan: which
+// token ranges of which sequences the runner computes (decodes first, then chunked prefill up
+// to a token budget), which sequences were preempted (their blocks freed, to be recomputed).
+// It owns the sequences' KV block reservations; it knows nothing of text or HTTP.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/paged_kv.h"
+#include "engine/sampler.h"
+
+namespace osprey {
+
+struct Sequence {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int prompt_len = 0;
+  int num_computed = 0;         // positions whose KV is in the cache
+  std::unique_ptr<PagedKv> kv;
+  // Generation settings and state (read by the engine, not the scheduler).
+  int max_tokens = 16;
+  std::vector<int32_t> stop_tokens;
+  std::unique_ptr<Sampler> sampler;
+  int generated() const { return int(tokens.size()) - prompt_len; }
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int start, count;  // tokens [start, start + count) of seq->tokens, at those positions
+  bool sample;       // the chunk ends at the last known token: sample the next one
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<int64_t> preempted;
+  int num_tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+struct SchedulerConfig {
+  int max_batch = 64;            // sequences running at once
+  int max_batched_tokens = 512;  // tokens per step (chunked prefill budget)
+};
+
+class Scheduler {
+ public:
+  Scheduler(KvBlockPool& pool, SchedulerConfig cfg) : pool_(pool), cfg_(cfg) {}
+
+  void add(std::unique_ptr<Sequence> seq);    // joins the waiting queue
+  std::unique_ptr<Sequence> remove(int64_t id);  // finished or cancelled: frees its blocks at once
+  StepPlan schedule();
+
+  int waiting() const { return int(waiting_.size()); }
+  int running() const { return int(running_.size()); }
+  Sequence* find(int64_t id);
+
+ private:
+  bool ensure_blocks(Sequence& s, int positions, StepPlan& plan);
+  KvBlockPool& pool_;
+  SchedulerConfig cfg_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+};
+
+}  // namespace osprey

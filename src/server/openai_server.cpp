@@ -1,0 +1,431 @@
+#include "server/openai_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "harmony/chat_request.h"
+#include "harmony/o200k.h"
+#include "harmony/renderer.h"
+#include "server/chat_output.h"
+
+namespace osprey::server {
+
+namespace {
+
+// An OpenAI-style error, raised anywhere in a handler and turned into the response.
+struct ApiError : std::runtime_error {
+  int status;
+  std::string type, param, code;
+  ApiError(int s, std::string msg, std::string t = "invalid_request_error", std::string p = "", std::string c = "")
+      : std::runtime_error(std::move(msg)), status(s), type(std::move(t)), param(std::move(p)), code(std::move(c)) {}
+};
+
+json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)},
+                     {"code", code.empty() ? json() : json(code)}}}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Field readers that name the field in their errors.
+template <typename T>
+T get_field(const json& body, const char* key, T fallback);
+
+template <>
+double get_field(const json& b, const char* key, double fallback) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), "invalid_request_error", key);
+  return it->get<double>();
+}
+template <>
+int64_t get_field(const json& b, const char* key, int64_t fallback) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) throw ApiError(400, fmt::format("'{}' must be an integer", key), "invalid_request_error", key);
+  return it->get<int64_t>();
+}
+template <>
+bool get_field(const json& b, const char* key, bool fallback) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), "invalid_request_error", key);
+  return it->get<bool>();
+}
+
+std::vector<std::string> stop_strings(const json& b) {
+  auto it = b.find("stop");
+  if (it == b.end() || it->is_null()) return {};
+  if (it->is_string()) return {it->get<std::string>()};
+  if (it->is_array() && it->size() <= 4) {
+    std::vector<std::string> v;
+    for (auto& s : *it) {
+      if (!s.is_string()) throw ApiError(400, "'stop' entries must be strings", "invalid_request_error", "stop");
+      v.push_back(s.get<std::string>());
+    }
+    return v;
+  }
+  throw ApiError(400, "'stop' must be a string or an array of at most 4 strings", "invalid_request_error", "stop");
+}
+
+}  // namespace
+
+struct OpenAiServer::Impl {
+  Engine& engine;
+  const harmony::Tokenizer& tok;
+  ServerConfig cfg;
+  httplib::Server http;
+
+  Impl(Engine& e, const harmony::Tokenizer& t, ServerConfig c) : engine(e), tok(t), cfg(std::move(c)) {}
+
+  // ------------------------------------------------------------------ shared request pieces
+  json parse_body(const httplib::Request& req) {
+    json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (b.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+    if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    auto m = b.find("model");
+    if (m == b.end() || !m->is_string()) throw ApiError(400, "'model' is required", "invalid_request_error", "model");
+    if (m->get<std::string>() != cfg.model_id)
+      throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", m->get<std::string>(), cfg.model_id),
+                     "invalid_request_error", "model", "model_not_found");
+    int64_t n = get_field<int64_t>(b, "n", 1);
+    if (n != 1) throw ApiError(400, "only n = 1 is supported", "invalid_request_error", "n");
+    return b;
+  }
+
+  GenerationRequest generation(const json& b, std::vector<int32_t> prompt, bool chat) {
+    GenerationRequest g;
+    const int ctx = engine.config().max_seq_len;
+    if (int(prompt.size()) >= ctx)
+      throw ApiError(400, fmt::format("This model's maximum context length is {} tokens; the prompt has {}", ctx, prompt.size()),
+                     "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+    int64_t max_tokens = get_field<int64_t>(b, "max_completion_tokens", get_field<int64_t>(b, "max_tokens", ctx - int64_t(prompt.size())));
+    if (max_tokens < 1) throw ApiError(400, "'max_tokens' must be at least 1", "invalid_request_error", "max_tokens");
+    g.max_tokens = int(std::min<int64_t>(max_tokens, ctx - int64_t(prompt.size())));
+    g.sampling.temperature = float(get_field<double>(b, "temperature", 1.0));
+    g.sampling.top_p = float(get_field<double>(b, "top_p", 1.0));
+    g.sampling.top_k = int(get_field<int64_t>(b, "top_k", 0));
+    g.sampling.seed = uint64_t(get_field<int64_t>(b, "seed", int64_t(std::random_device{}())));
+    if (g.sampling.temperature < 0 || g.sampling.temperature > 2)
+      throw ApiError(400, "'temperature' must be between 0 and 2", "invalid_request_error", "temperature");
+    if (!(g.sampling.top_p > 0 && g.sampling.top_p <= 1))
+      throw ApiError(400, "'top_p' must be in (0, 1]", "invalid_request_error", "top_p");
+    if (g.sampling.top_k < 0) throw ApiError(400, "'top_k' must be >= 0", "invalid_request_error", "top_k");
+    if (!get_field<bool>(b, "ignore_eos", false)) {
+      // <|return|> and <|call|> end an answer; never <|end|>, which only ends a message.
+      g.stop_tokens = {harmony::kReturn, harmony::kCall};
+      if (!chat) g.stop_tokens.push_back(harmony::kEndOfText);
+    }
+    g.prompt = std::move(prompt);
+    return g;
+  }
+
+  std::shared_ptr<RequestHandle> submit(GenerationRequest g) {
+    try {
+      return engine.submit(std::move(g));
+    } catch (const QueueFull& e) {
+      throw ApiError(429, "The server is at capacity; retry shortly", "rate_limit_error", "", "queue_full");
+    } catch (const Error& e) {
+      throw ApiError(400, e.what());
+    }
+  }
+
+  static json usage(int prompt, int completion, int reasoning) {
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+            {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}};
+  }
+
+  // ------------------------------------------------------------------ chat completions
+  void chat(const httplib::Request& req, httplib::Response& res) {
+    json b = parse_body(req);
+    std::vector<harmony::Message> conv;
+    try {
+      conv = harmony::conversation_from_chat_request(b, {.current_date = harmony::today_utc()});
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", "messages");
+    }
+    std::set<std::string> declared;
+    for (auto& m : conv)
+      if (auto* d = std::get_if<harmony::DeveloperContent>(&m.content))
+        if (auto it = d->tools.find("functions"); it != d->tools.end())
+          for (auto& t : it->second.tools) declared.insert(t.name);
+    if (auto tc = b.find("tool_choice"); tc != b.end() && tc->is_object()) {
+      auto fn = tc->find("function");
+      if (fn == tc->end() || !fn->is_object() || !fn->contains("name") || !declared.count((*fn)["name"].get<std::string>()))
+        throw ApiError(400, "tool_choice names a function that is not in 'tools'", "invalid_request_error", "tool_choice");
+    }
+    std::vector<int32_t> prompt = harmony::Renderer(tok).render_for_completion(conv, {.auto_drop_analysis = false});
+    const bool stream = get_field<bool>(b, "stream", false);
+    bool include_usage = false;
+    if (auto so = b.find("stream_options"); so != b.end() && so->is_object()) include_usage = get_field<bool>(*so, "include_usage", false);
+    GenerationRequest g = generation(b, std::move(prompt), /*chat=*/true);
+    const int prompt_len = int(g.prompt.size());
+    auto builder = std::make_shared<ChatOutputBuilder>(tok, declared, stop_strings(b));
+    auto handle = submit(std::move(g));
+    const std::string id = new_id("chatcmpl-");
+    const int64_t created = unix_now();
+
+    if (!stream) {
+      TokenEvent ev;
+      int completion = 0;
+      std::string engine_reason = "stop";
+      while (handle->next(ev)) {
+        if (ev.token >= 0) {
+          ++completion;
+          builder->push(ev.token);
+          if (builder->stopped()) handle->cancel();
+        }
+        if (ev.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + ev.error, "server_error");
+        if (ev.finish != FinishReason::None) engine_reason = finish_reason_name(ev.finish);
+      }
+      builder->finish();
+      json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", cfg.model_id},
+                  {"choices", json::array({{{"index", 0}, {"message", builder->message()}, {"logprobs", nullptr},
+                                            {"finish_reason", builder->finish_reason(engine_reason)}}})},
+                  {"usage", usage(prompt_len, completion, builder->reasoning_tokens())}};
+      res.set_content(dump(out), "application/json");
+      return;
+    }
+    struct State {
+      bool sent_role = false, done = false;
+      int completion = 0;
+    };
+    auto st = std::make_shared<State>();
+    auto chunk = [id, created, model = cfg.model_id](const json& delta, const json& finish) {
+      json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
+      return "data: " + dump(c) + "\n\n";
+    };
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=, this](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          if (!st->sent_role) {
+            st->sent_role = true;
+            if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return handle->cancel(), false;
+          }
+          TokenEvent ev;
+          if (!handle->next(ev)) return false;
+          if (ev.token >= 0) {
+            ++st->completion;
+            for (auto& d : builder->push(ev.token))
+              if (!send(chunk(d, nullptr))) return handle->cancel(), false;
+            if (builder->stopped()) handle->cancel();
+          }
+          if (ev.finish != FinishReason::None) {
+            for (auto& d : builder->finish())
+              if (!send(chunk(d, nullptr))) return false;
+            if (ev.finish == FinishReason::Error) {
+              send("data: " + dump(error_body("generation failed: " + ev.error, "server_error", "", "")) + "\n\n");
+            } else {
+              send(chunk(json::object(), builder->finish_reason(finish_reason_name(ev.finish))));
+              if (include_usage) {
+                json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", cfg.model_id},
+                          {"choices", json::array()}, {"usage", usage(prompt_len, st->completion, builder->reasoning_tokens())}};
+                send("data: " + dump(u) + "\n\n");
+              }
+            }
+            send("data: [DONE]\n\n");
+            sink.done();
+          }
+          return true;
+        },
+        [handle](bool) { handle->cancel(); });  // a finished request ignores it; a dropped client frees its blocks
+  }
+
+  // ------------------------------------------------------------------ completions
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    json b = parse_body(req);
+    auto p = b.find("prompt");
+    if (p == b.end()) throw ApiError(400, "'prompt' is required", "invalid_request_error", "prompt");
+    std::vector<int32_t> prompt;
+    if (p->is_string()) {
+      prompt = tok.encode_with_specials(p->get<std::string>());  // a raw prompt: specials are allowed here
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+      for (auto& t : *p) {
+        if (!t.is_number_integer()) throw ApiError(400, "'prompt' token arrays hold integers", "invalid_request_error", "prompt");
+        int64_t v = t.get<int64_t>();
+        if (v < 0 || v >= engine.model_config().vocab)
+          throw ApiError(400, fmt::format("prompt token {} is outside the vocabulary", v), "invalid_request_error", "prompt");
+        prompt.push_back(int32_t(v));
+      }
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+      prompt = tok.encode_with_specials((*p)[0].get<std::string>());
+    } else {
+      throw ApiError(400, "'prompt' must be a string, one string in an array, or an array of token ids",
+                     "invalid_request_error", "prompt");
+    }
+    if (prompt.empty()) throw ApiError(400, "'prompt' is empty", "invalid_request_error", "prompt");
+    const bool stream = get_field<bool>(b, "stream", false);
+    bool include_usage = false;
+    if (auto so = b.find("stream_options"); so != b.end() && so->is_object()) include_usage = get_field<bool>(*so, "include_usage", false);
+    GenerationRequest g = generation(b, std::move(prompt), /*chat=*/false);
+    const int prompt_len = int(g.prompt.size());
+    auto handle = submit(std::move(g));
+    const std::string id = new_id("cmpl-");
+    const int64_t created = unix_now();
+    auto utf8 = std::make_shared<harmony::Utf8StreamDecoder>();
+    if (!stream) {
+      TokenEvent ev;
+      std::string text;
+      int completion = 0;
+      std::string reason = "stop";
+      while (handle->next(ev)) {
+        if (ev.token >= 0) {
+          ++completion;
+          text += utf8->push(tok.token_bytes(ev.token));
+        }
+        if (ev.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + ev.error, "server_error");
+        if (ev.finish != FinishReason::None) reason = finish_reason_name(ev.finish);
+      }
+      text += utf8->flush();
+      json out = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", cfg.model_id},
+                  {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason}}})},
+                  {"usage", usage(prompt_len, completion, 0)}};
+      res.set_content(dump(out), "application/json");
+      return;
+    }
+    auto completion = std::make_shared<int>(0);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=, this](size_t, httplib::DataSink& sink) {
+          auto send_text = [&](const std::string& text, const json& finish) {
+            json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", cfg.model_id},
+                      {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
+            std::string s = "data: " + dump(c) + "\n\n";
+            return sink.write(s.data(), s.size());
+          };
+          TokenEvent ev;
+          if (!handle->next(ev)) return false;
+          if (ev.token >= 0) {
+            ++*completion;
+            std::string t = utf8->push(tok.token_bytes(ev.token));
+            if (!send_text(t, nullptr)) return handle->cancel(), false;
+          }
+          if (ev.finish != FinishReason::None) {
+            send_text(utf8->flush(), finish_reason_name(ev.finish));
+            if (include_usage) {
+              json u = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", cfg.model_id},
+                        {"choices", json::array()}, {"usage", usage(prompt_len, *completion, 0)}};
+              std::string s = "data: " + dump(u) + "\n\n";
+              sink.write(s.data(), s.size());
+            }
+            std::string d = "data: [DONE]\n\n";
+            sink.write(d.data(), d.size());
+            sink.done();
+          }
+          return true;
+        },
+        [handle](bool) { handle->cancel(); });
+  }
+
+  // ------------------------------------------------------------------ metrics
+  std::string metrics_text() {
+    EngineMetrics m = engine.metrics();
+    std::string s;
+    auto counter = [&](const char* name, const char* help, double v) {
+      s += fmt::format("# HELP osprey_{0} {1}\n# TYPE osprey_{0} counter\nosprey_{0} {2}\n", name, help, v);
+    };
+    auto gauge = [&](const char* name, const char* help, double v) {
+      s += fmt::format("# HELP osprey_{0} {1}\n# TYPE osprey_{0} gauge\nosprey_{0} {2}\n", name, help, v);
+    };
+    auto hist = [&](const char* name, const char* help, const Histogram& h) {
+      s += fmt::format("# HELP osprey_{0} {1}\n# TYPE osprey_{0} histogram\n", name, help);
+      uint64_t cum = 0;
+      for (size_t i = 0; i < h.bounds.size(); ++i) {
+        cum += h.counts[i];
+        s += fmt::format("osprey_{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds[i], cum);
+      }
+      s += fmt::format("osprey_{0}_bucket{{le=\"+Inf\"}} {1}\nosprey_{0}_sum {2}\nosprey_{0}_count {1}\n", name, h.count, h.sum);
+    };
+    counter("requests_total", "Requests accepted.", double(m.requests_total));
+    counter("requests_finished_total", "Requests finished (any reason).", double(m.requests_finished));
+    counter("requests_cancelled_total", "Requests cancelled (client gone or stop string).", double(m.requests_cancelled));
+    counter("requests_rejected_total", "Requests refused because the queue was full.", double(m.requests_rejected));
+    counter("prompt_tokens_total", "Prompt tokens of accepted requests.", double(m.prompt_tokens));
+    counter("generation_tokens_total", "Tokens generated.", double(m.generated_tokens));
+    counter("preemptions_total", "Sequences preempted for KV blocks.", double(m.preemptions));
+    gauge("queue_depth", "Requests waiting to start.", m.queue_depth);
+    gauge("running_batch_size", "Sequences in the running batch.", m.running);
+    gauge("kv_cache_blocks_used", "KV-cache blocks in use.", m.kv_blocks_used);
+    gauge("kv_cache_blocks_free", "KV-cache blocks free.", m.kv_blocks_free);
+    hist("time_to_first_token_seconds", "Time to first token.", m.ttft);
+    hist("inter_token_latency_seconds", "Time between consecutive tokens of a request.", m.itl);
+    return s;
+  }
+
+  // ------------------------------------------------------------------ wiring
+  template <typename F>
+  httplib::Server::Handler guarded(F f) {
+    return [this, f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        (this->*f)(req, res);
+      } catch (const ApiError& e) {
+        res.status = e.status;
+        if (e.status == 429) res.set_header("Retry-After", "1");
+        res.set_content(dump(error_body(e.what(), e.type, e.param, e.code)), "application/json");
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(dump(error_body(std::string("internal error: ") + e.what(), "server_error", "", "")), "application/json");
+      }
+    };
+  }
+
+  void routes() {
+    const int threads = cfg.http_threads > 0 ? cfg.http_threads
+                                             : engine.config().max_batch + engine.config().max_queue / 4 + 8;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    http.set_payload_max_length(cfg.max_body_bytes);
+    http.set_read_timeout(30, 0);
+    http.set_write_timeout(30, 0);
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json m = {{"object", "list"},
+                {"data", json::array({{{"id", cfg.model_id}, {"object", "model"}, {"created", unix_now()},
+                                       {"owned_by", "osprey"}, {"max_model_len", engine.config().max_seq_len}}})}};
+      res.set_content(dump(m), "application/json");
+    });
+    http.Post("/v1/chat/completions", guarded(&Impl::chat));
+    http.Post("/v1/completions", guarded(&Impl::completions));
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_text(), "text/plain; version=0.0.4");
+    });
+    // Errors that httplib raises itself (unknown route 404, oversized body 413, ...) get an
+    // OpenAI-style body too.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string msg = res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
+                        : res.status == 413 ? std::string("the request body is too large")
+                                            : fmt::format("HTTP error {}", res.status);
+      res.set_content(dump(error_body(msg, "invalid_request_error", "", "")), "application/json");
+    });
+  }
+};
+
+OpenAiServer::OpenAiServer(Engine& engine, const harmony::Tokenizer& tok, ServerConfig cfg)
+    : impl_(std::make_unique<Impl>(engine, tok, std::move(cfg))) {
+  impl_->routes();
+}
+
+OpenAiServer::~OpenAiServer() { stop(); }
+
+bool OpenAiServer::listen() {
+  if (!impl_->http.bind_to_port(impl_->cfg.host, impl_->cfg.port)) return false;
+  return impl_->http.listen_after_bind();
+}
+
+void OpenAiServer::stop() { impl_->http.stop(); }
+
+int OpenAiServer::bound_port() const { return impl_->cfg.port; }
+
+}  // namespace osprey::server
