@@ -1,0 +1,220 @@
+// End-to-end tests of `osprey serve` with the official `openai` npm client, on loopback, against
+// the tiny synthetic model. Usage: node test_server.mjs OSPREY_BINARY
+import { spawn, execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import OpenAI from "openai";
+
+const osprey = process.argv[2];
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "osprey-serve-"));
+const modelDir = path.join(tmp, "tiny");
+execFileSync(osprey, ["synth", "--preset", "tiny", "--seed", "3", "--out", modelDir, "--quiet"]);
+
+let passed = 0, failed = 0;
+const servers = [];
+async function test(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok - ${name}: ${e.stack || e}`);
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg || "assertion failed"); }
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function startServer(extra) {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const proc = spawn(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(port), ...extra],
+                     { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  proc.stderr.on("data", (d) => (log += d));
+  servers.push(proc);
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 200; ++i) {
+    try {
+      if ((await fetch(`${base}/health`)).ok) return { base, proc, log: () => log };
+    } catch {}
+    await sleep(50);
+  }
+  throw new Error(`server did not start: ${log}`);
+}
+async function metric(base, name) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`osprey_${name} `));
+  return Number(line.split(" ")[1]);
+}
+async function expectStatus(promise, status, code) {
+  try {
+    await promise;
+  } catch (e) {
+    assert(e.status === status, `expected HTTP ${status}, got ${e.status}: ${e.message}`);
+    if (code) assert(e.code === code || e.error?.code === code, `expected code ${code}, got ${JSON.stringify(e.error)}`);
+    return e;
+  }
+  throw new Error(`expected HTTP ${status}, the request succeeded`);
+}
+
+const main = await startServer(["--max-batch", "64", "--max-seq-len", "512", "--max-queue", "256"]);
+const client = new OpenAI({ baseURL: `${main.base}/v1`, apiKey: "unused", maxRetries: 0 });
+const model = "tiny";
+
+await test("models.list names the served model", async () => {
+  const list = await client.models.list();
+  assert(list.data.some((m) => m.id === model), JSON.stringify(list.data));
+});
+
+await test("chat completion (plain)", async () => {
+  const r = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hello!" }], max_tokens: 8, temperature: 0 });
+  assert(r.object === "chat.completion" && r.choices.length === 1);
+  assert(r.choices[0].message.role === "assistant");
+  assert(["length", "stop", "tool_calls"].includes(r.choices[0].finish_reason), r.choices[0].finish_reason);
+  assert(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 8, JSON.stringify(r.usage));
+  assert(r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+await test("chat completion (streaming, usage)", async () => {
+  const stream = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Count to three." }],
+    max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  let chunks = 0, finish = null, usage = null, role = null;
+  for await (const c of stream) {
+    chunks++;
+    assert(c.object === "chat.completion.chunk");
+    if (c.choices[0]?.delta?.role) role = c.choices[0].delta.role;
+    if (c.choices[0]?.finish_reason) finish = c.choices[0].finish_reason;
+    if (c.usage) usage = c.usage;
+  }
+  assert(role === "assistant" && finish && usage && usage.completion_tokens === 6, JSON.stringify({ role, finish, usage }));
+  assert(chunks >= 3);
+});
+
+await test("chat completion with tools (and tool history)", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather for a city.",
+    parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["c", "f"] } }, required: ["city"] } } }];
+  const r = await client.chat.completions.create({ model, tools, tool_choice: "auto", max_tokens: 8, temperature: 0,
+    messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Weather in Paris?" },
+               { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Paris\"}" } }] },
+               { role: "tool", tool_call_id: "call_1", content: "{\"temp\": 21}" }] });
+  assert(r.choices[0].message.role === "assistant");
+  const s = await client.chat.completions.create({ model, tools, max_tokens: 5, temperature: 0, stream: true,
+    messages: [{ role: "user", content: "Weather in Oslo?" }], reasoning_effort: "low" });
+  for await (const c of s) void c;
+});
+
+await test("completions (text prompt, token prompt, streaming)", async () => {
+  const a = await client.completions.create({ model, prompt: "The capital of France is", max_tokens: 5, temperature: 0 });
+  assert(a.object === "text_completion" && typeof a.choices[0].text === "string" && a.usage.completion_tokens <= 5);
+  const b = await client.completions.create({ model, prompt: [1, 2, 3, 4], max_tokens: 5, temperature: 0, ignore_eos: true });
+  assert(b.usage.prompt_tokens === 4 && b.usage.completion_tokens === 5, JSON.stringify(b.usage));
+  const s = await client.completions.create({ model, prompt: [5, 6, 7], max_tokens: 4, temperature: 0, stream: true, ignore_eos: true });
+  let text = "";
+  for await (const c of s) text += c.choices[0]?.text ?? "";
+  const whole = await client.completions.create({ model, prompt: [5, 6, 7], max_tokens: 4, temperature: 0, ignore_eos: true });
+  assert(text === whole.choices[0].text, `stream ${JSON.stringify(text)} vs whole ${JSON.stringify(whole.choices[0].text)}`);
+});
+
+await test("seeded sampling is reproducible", async () => {
+  const req = { model, prompt: [9, 8, 7], max_tokens: 8, temperature: 1.0, top_p: 0.9, seed: 1234, ignore_eos: true };
+  const a = await client.completions.create(req), b = await client.completions.create(req);
+  assert(a.choices[0].text === b.choices[0].text);
+});
+
+await test("bad requests get OpenAI-style 4xx errors and the server keeps serving", async () => {
+  await expectStatus(client.chat.completions.create({ model: "gpt-5", messages: [{ role: "user", content: "x" }] }), 404, "model_not_found");
+  await expectStatus(client.chat.completions.create({ model, messages: [] }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "wizard", content: "x" }] }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], temperature: "hot" }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 3 }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], max_tokens: 0 }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
+    tools: [{ type: "function", function: { name: "f", parameters: { type: "array" } } }] }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tool_choice: { type: "function", function: { name: "nope" } },
+    tools: [{ type: "function", function: { name: "f" } }] }), 400);
+  await expectStatus(client.completions.create({ model, prompt: "word ".repeat(700) }), 400, "context_length_exceeded");
+  await expectStatus(client.completions.create({ model, prompt: [1, 999999999] }), 400);
+  for (const body of ["{not json", "[1,2]", "{\"model\": 5}", ""]) {
+    const r = await fetch(`${main.base}/v1/chat/completions`, { method: "POST", body, headers: { "content-type": "application/json" } });
+    const j = await r.json();
+    assert(r.status === 400 && j.error && typeof j.error.message === "string", `${body}: ${r.status} ${JSON.stringify(j)}`);
+  }
+  const big = await fetch(`${main.base}/v1/chat/completions`, { method: "POST", body: "x".repeat(9 << 20) });
+  assert(big.status === 413, `oversized body: ${big.status}`);
+  const nf = await fetch(`${main.base}/v2/nothing`);
+  assert(nf.status === 404 && (await nf.json()).error);
+  assert((await fetch(`${main.base}/health`)).ok);
+});
+
+await test("64 concurrent greedy streams each yield exactly what they yield alone", async () => {
+  const prompts = Array.from({ length: 64 }, (_, i) => Array.from({ length: 3 + (i % 7) }, (_, k) => (i * 131 + k * 17) % 5000));
+  const req = (p) => ({ model, prompt: p, max_tokens: 10, temperature: 0, ignore_eos: true });
+  const alone = [];
+  for (const p of prompts.slice(0, 64)) alone.push((await client.completions.create(req(p))).choices[0].text);
+  const together = await Promise.all(prompts.map(async (p) => {
+    const s = await client.completions.create({ ...req(p), stream: true });
+    let t = "";
+    for await (const c of s) t += c.choices[0]?.text ?? "";
+    return t;
+  }));
+  let same = 0;
+  for (let i = 0; i < 64; ++i) same += together[i] === alone[i] ? 1 : 0;
+  assert(same === 64, `${64 - same} of 64 differ`);
+  // The chat path too, for a handful at once.
+  const chatReq = (i) => ({ model, messages: [{ role: "user", content: `Question ${i}` }], max_tokens: 6, temperature: 0 });
+  const chatAlone = [];
+  for (let i = 0; i < 8; ++i) chatAlone.push(JSON.stringify((await client.chat.completions.create(chatReq(i))).choices[0].message));
+  const chatTogether = await Promise.all([...Array(8).keys()].map(async (i) => JSON.stringify((await client.chat.completions.create(chatReq(i))).choices[0].message)));
+  assert(chatTogether.every((m, i) => m === chatAlone[i]));
+});
+
+await test("a client that disconnects mid-stream frees its KV blocks", async () => {
+  const before = await metric(main.base, "requests_cancelled_total");
+  const ac = new AbortController();
+  const s = await client.completions.create({ model, prompt: [11, 12, 13], max_tokens: 480, temperature: 0, ignore_eos: true, stream: true },
+                                            { signal: ac.signal });
+  let n = 0, usedDuring = 0;
+  try {
+    for await (const c of s) {
+      void c;
+      if (++n === 5) {
+        usedDuring = await metric(main.base, "kv_cache_blocks_used");
+        ac.abort();
+      }
+    }
+  } catch {}
+  assert(usedDuring > 0, "no KV blocks in use while streaming");
+  let used = -1, cancelled = before;
+  for (let i = 0; i < 100; ++i) {
+    used = await metric(main.base, "kv_cache_blocks_used");
+    cancelled = await metric(main.base, "requests_cancelled_total");
+    if (used === 0 && cancelled > before) break;
+    await sleep(50);
+  }
+  assert(used === 0 && cancelled === before + 1, `blocks used ${used}, cancelled ${cancelled} (before ${before})`);
+});
+
+await test("a full queue answers 429 with Retry-After", async () => {
+  const small = await startServer(["--max-batch", "1", "--max-queue", "1", "--max-seq-len", "512"]);
+  const body = JSON.stringify({ model, prompt: [1, 2, 3], max_tokens: 200, temperature: 0, ignore_eos: true });
+  const rs = await Promise.all([...Array(6)].map(() => fetch(`${small.base}/v1/completions`, { method: "POST", body })));
+  const limited = rs.filter((r) => r.status === 429);
+  assert(limited.length >= 1, `statuses ${rs.map((r) => r.status)}`);
+  assert(limited[0].headers.get("retry-after") === "1");
+  const j = await limited[0].json();
+  assert(j.error && j.error.type === "rate_limit_error");
+  assert(rs.some((r) => r.status === 200));
+});
+
+await test("/metrics exposes the serving counters", async () => {
+  const text = await (await fetch(`${main.base}/metrics`)).text();
+  for (const m of ["requests_total", "prompt_tokens_total", "generation_tokens_total", "queue_depth", "running_batch_size",
+                   "kv_cache_blocks_used", "kv_cache_blocks_free", "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_count"])
+    assert(text.includes(`osprey_${m}`), m);
+});
+
+for (const s of servers) s.kill("SIGTERM");
+fs.rmSync(tmp, { recursive: true, force: true });
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,139 @@
+// Paged KV and batched forward (bitwise equal to one sequence at a time), the scheduler's plans
+// (chunked prefill, decode-first, preemption when blocks run out), and the engine end to end.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "synth/synth.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    synth_checkpoint(synth_preset("parity-b"), dir_->str(), {.seed = 9, .progress = false});
+    weights_ = new GptOssWeights(GptOssWeights::load(dir_->str()));
+    model_ = new GptOssCpuModel(*weights_);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete weights_;
+    delete dir_;
+  }
+  static std::vector<int32_t> prompt(int n, int seed) {
+    std::vector<int32_t> p(n);
+    for (int i = 0; i < n; ++i) p[i] = (seed * 97 + i * 31) % 777;
+    return p;
+  }
+  static test::TempDir* dir_;
+  static GptOssWeights* weights_;
+  static GptOssCpuModel* model_;
+};
+test::TempDir* EngineTest::dir_ = nullptr;
+GptOssWeights* EngineTest::weights_ = nullptr;
+GptOssCpuModel* EngineTest::model_ = nullptr;
+
+TEST_F(EngineTest, BatchedPagedForwardIsBitwiseEqualToSingle) {
+  const GptOssConfig& c = model_->config();
+  KvBlockPool pool(c.num_layers, c.num_kv_heads, c.head_dim, /*block_size=*/4, /*num_blocks=*/64);
+  std::vector<std::vector<int32_t>> prompts = {prompt(13, 1), prompt(1, 2), prompt(22, 3)};
+  std::vector<std::unique_ptr<PagedKv>> kvs;
+  std::vector<SequenceChunk> chunks;
+  for (auto& p : prompts) {
+    kvs.push_back(std::make_unique<PagedKv>(pool));
+    ASSERT_TRUE(kvs.back()->reserve(int(p.size()) + 1));
+    chunks.push_back({p, kvs.back().get(), /*all_logits=*/true});
+  }
+  auto batched = model_->forward_batch(chunks);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    KvCache alone = model_->new_cache();
+    EXPECT_EQ(batched[i], model_->forward(prompts[i], alone, true)) << "sequence " << i;
+  }
+  // Next step: one decode token each, batched, against the paged caches.
+  std::vector<int32_t> next = {5, 6, 7};
+  chunks.clear();
+  for (size_t i = 0; i < prompts.size(); ++i) chunks.push_back({std::span(&next[i], 1), kvs[i].get(), false});
+  auto step = model_->forward_batch(chunks);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    KvCache alone = model_->new_cache();
+    std::vector<int32_t> all = prompts[i];
+    all.push_back(next[i]);
+    auto ref = model_->forward(all, alone, false);
+    EXPECT_EQ(step[i], ref) << "sequence " << i;
+  }
+  for (auto& kv : kvs) kv->release_all();
+  EXPECT_EQ(pool.free_blocks(), 64);
+}
+
+TEST_F(EngineTest, SchedulerChunksPrefillAndPreempts) {
+  const GptOssConfig& c = model_->config();
+  KvBlockPool pool(c.num_layers, c.num_kv_heads, c.head_dim, 4, /*num_blocks=*/5);  // 20 positions
+  Scheduler s(pool, {.max_batch = 4, .max_batched_tokens = 8});
+  auto seq = [&](int id, int n) {
+    auto q = std::make_unique<Sequence>();
+    q->id = id;
+    q->tokens = prompt(n, id);
+    q->prompt_len = n;
+    return q;
+  };
+  s.add(seq(1, 10));
+  s.add(seq(2, 3));
+  StepPlan p1 = s.schedule();  // 8 of seq 1's 10 prompt tokens fill the budget
+  ASSERT_EQ(p1.chunks.size(), 1u);
+  EXPECT_EQ(p1.chunks[0].count, 8);
+  EXPECT_FALSE(p1.chunks[0].sample);
+  p1.chunks[0].seq->num_computed = 8;
+  StepPlan p2 = s.schedule();  // the rest of seq 1, then seq 2's prompt
+  ASSERT_EQ(p2.chunks.size(), 2u);
+  EXPECT_EQ(p2.chunks[0].count, 2);
+  EXPECT_TRUE(p2.chunks[0].sample);
+  EXPECT_EQ(p2.chunks[1].seq->id, 2);
+  // Grow seq 1 until the pool is exhausted: seq 2 (admitted last) is preempted.
+  Sequence* s1 = s.find(1);
+  s1->num_computed = 10;
+  s.find(2)->num_computed = 3;
+  for (int i = 0; i < 11; ++i) s1->tokens.push_back(1);  // 8 more positions: 18 need all 5 blocks
+  StepPlan p3 = s.schedule();
+  EXPECT_EQ(p3.preempted, std::vector<int64_t>{2});
+  EXPECT_EQ(s.waiting(), 1);
+  EXPECT_EQ(s.remove(1)->id, 1);
+  EXPECT_EQ(pool.free_blocks(), 5);
+}
+
+TEST_F(EngineTest, EngineMatchesGenerateAndCancels) {
+  EngineConfig ec{.max_batch = 8, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 96, .kv_block_size = 4, .kv_blocks = 64};
+  Engine engine(std::make_unique<CpuModelRunner>(*model_), ec);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i)
+    handles.push_back(engine.submit({.prompt = prompt(5 + 3 * i, i), .max_tokens = 7, .sampling = {.temperature = 0}}));
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> got;
+    TokenEvent ev;
+    FinishReason fr = FinishReason::None;
+    while (handles[i]->next(ev)) {
+      if (ev.token >= 0) got.push_back(ev.token);
+      if (ev.finish != FinishReason::None) fr = ev.finish;
+    }
+    EXPECT_EQ(fr, FinishReason::Length);
+    auto want = generate(*model_, prompt(5 + 3 * i, i), {.max_tokens = 7, .sampling = {.temperature = 0}, .stop_at_eos = false});
+    EXPECT_EQ(got, want) << "request " << i;
+  }
+  auto h = engine.submit({.prompt = prompt(4, 50), .max_tokens = 80, .sampling = {.temperature = 0}});
+  TokenEvent ev;
+  ASSERT_TRUE(h->next(ev));
+  h->cancel();
+  while (h->next(ev)) {
+  }
+  EXPECT_EQ(ev.finish, FinishReason::Cancelled);
+  for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
+  EXPECT_THROW(engine.submit({.prompt = prompt(96, 1), .max_tokens = 1}), Error);  // longer than the context
+  EXPECT_THROW(engine.submit({.prompt = {1, 100000}, .max_tokens = 1}), Error);
+}
+
+}  // namespace
+}  // namespace osprey
