@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential cmake ninja-build pkg-config ca-certificates \
+  build-essential cmake ninja-build pkg-config ca-certificates curl \
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev libpcre2-dev libcpp-httplib-dev >/dev/null
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "engine/generate.h"
 
@@ -57,13 +58,16 @@ void add_bench(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the memory-bandwidth bound");
-  cmd->add_option("--model", args->model, "checkpoint directory")->required();
+  cmd->add_option("--model", args->model, "checkpoint directory");
+  add_bench_serve(cmd);
   cmd->add_option("--prompt-len", args->prompt_len, "prompt tokens (random ids)")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-tokens", args->decode_tokens, "tokens to decode")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "seed of the random prompt");
   cmd->add_option("--membw-mib", args->membw_mib, "buffer size for the bandwidth measurement")->check(CLI::PositiveNumber);
   cmd->add_option("--backend", args->backend, "cpu")->check(CLI::IsMember({"cpu"}));
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
+    if (cmd->got_subcommand("serve")) return;
+    if (args->model.empty()) fail("bench: --model is required (or use `bench serve`)");
     // Bandwidth is measured before and after the run (shared machines drift); the higher is the bound.
     const double bw_before = measure_read_bandwidth_gbs(args->membw_mib << 20);
     log_info("memory read bandwidth {:.1f} GB/s ({} threads)", bw_before, omp_get_max_threads());

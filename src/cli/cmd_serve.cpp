@@ -22,6 +22,7 @@ void add_serve(CLI::App& app) {
   struct Args {
     std::string model, host = "127.0.0.1", backend = "cpu", name;
     int port = 8000, max_batch = 64, max_seq_len = 4096, max_queue = 256, kv_blocks = 0, max_batched_tokens = 512;
+    double kv_cache_gib = 4.0;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
@@ -33,8 +34,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--max-seq-len", args->max_seq_len, "context per request (prompt + output)")->check(CLI::Range(16, 131072));
   cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-batched-tokens", args->max_batched_tokens, "tokens per engine step")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-blocks", args->kv_blocks, "KV-cache blocks of 16 tokens (0: max-batch x max-seq-len)")
+  cmd->add_option("--kv-blocks", args->kv_blocks, "KV-cache blocks of 16 tokens (0: from --kv-cache-gib)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "KV-cache memory when --kv-blocks is 0")->check(CLI::PositiveNumber);
   cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
   cmd->callback([args] {
     log_info("loading {}", args->model);
@@ -44,6 +46,13 @@ void add_serve(CLI::App& app) {
     EngineConfig ec{.max_batch = args->max_batch, .max_batched_tokens = args->max_batched_tokens,
                     .max_queue = args->max_queue, .max_seq_len = std::min(args->max_seq_len, w.config.max_position_embeddings),
                     .kv_block_size = 16, .kv_blocks = args->kv_blocks};
+    if (ec.kv_blocks == 0) {  // enough for every sequence at full length, within the memory budget
+      const double block_bytes = 2.0 * w.config.num_layers * ec.kv_block_size * w.config.kv_dim() * sizeof(float);
+      const long wanted = long(ec.max_batch) * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
+      ec.kv_blocks = int(std::max(1L, std::min(wanted, long(args->kv_cache_gib * double(1ull << 30) / block_bytes))));
+      log_info("KV cache: {} blocks of {} tokens ({:.2f} GiB)", ec.kv_blocks, ec.kv_block_size,
+               ec.kv_blocks * block_bytes / double(1ull << 30));
+    }
     Engine engine(std::make_unique<CpuModelRunner>(model), ec);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
     if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();

@@ -17,6 +17,7 @@ void add_render(CLI::App& app);
 void add_parse(CLI::App& app);
 void add_serve(CLI::App& app);
 void add_chat(CLI::App& app);
+void add_bench_serve(CLI::App* bench);
 
 // --text S or --file F
 std::string read_text_arg(const std::string& text, const std::string& file);

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   osprey::cli::add_render(app);
   osprey::cli::add_parse(app);
   osprey::cli::add_serve(app);
+  osprey::cli::add_chat(app);
   app.parse_complete_callback([&] {
     if (threads > 0) omp_set_num_threads(threads);
   });

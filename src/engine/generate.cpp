@@ -33,7 +33,8 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
     int32_t tok = sampler.sample(logits);
     out.push_back(tok);
     if (on_token && !on_token(tok)) break;
-    if (opt.stop_at_eos && std::count(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), tok)) break;
+    const auto& stops = opt.stop_tokens.empty() ? cfg.eos_token_ids : opt.stop_tokens;
+    if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
     if (step + 1 == opt.max_tokens) break;
     logits = model.forward(std::span(&out.back(), 1), cache, /*all_logits=*/false);
   }

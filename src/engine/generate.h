@@ -13,6 +13,7 @@ struct GenerateOptions {
   int max_tokens = 16;
   SamplingParams sampling;
   bool stop_at_eos = true;       // stop after emitting one of the config's eos ids
+  std::vector<int32_t> stop_tokens;  // if set, these replace the config's eos ids
   int prefill_chunk = 512;       // tokens per prefill forward (bounds activation memory)
 };
 

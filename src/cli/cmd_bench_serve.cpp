@@ -1,0 +1,165 @@
+// `osprey bench serve`: a load generator for a running server, in the manner of vLLM's serving
+// benchmark. Streaming completions with fixed input and output lengths (random token prompts,
+// ignore_eos), a fixed number in flight per concurrency level; reports throughput and
+// time-to-first-token / inter-token latency percentiles.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fmt/format.h>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace osprey::cli {
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+
+struct RequestResult {
+  bool ok = false;
+  double ttft = 0, e2e = 0;
+  std::vector<double> itl;
+  int tokens = 0;
+  std::string error;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5))];
+}
+
+RequestResult one_request(const std::string& host, int port, const std::string& model, const std::vector<int32_t>& prompt,
+                          int output_len) {
+  httplib::Client cli(host, port);
+  cli.set_read_timeout(600, 0);
+  nlohmann::json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", output_len}, {"temperature", 0},
+                         {"ignore_eos", true}, {"stream", true}};
+  RequestResult r;
+  auto t0 = clk::now(), last = t0;
+  std::string buf;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+                        buf.append(data, n);
+                        size_t at;
+                        while ((at = buf.find("\n\n")) != std::string::npos) {
+                          std::string ev = buf.substr(0, at);
+                          buf.erase(0, at + 2);
+                          if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
+                          auto j = nlohmann::json::parse(ev.substr(6), nullptr, false);
+                          if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+                          auto now = clk::now();
+                          if (r.tokens == 0) r.ttft = std::chrono::duration<double>(now - t0).count();
+                          else r.itl.push_back(std::chrono::duration<double>(now - last).count());
+                          last = now;
+                          ++r.tokens;
+                        }
+                        return true;
+                      };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool sent = cli.send(req, res, err);
+  r.e2e = std::chrono::duration<double>(clk::now() - t0).count();
+  if (!sent) r.error = httplib::to_string(err);
+  else if (res.status != 200) r.error = fmt::format("HTTP {}", res.status);
+  else r.ok = true;
+  return r;
+}
+
+}  // namespace
+
+void add_bench_serve(CLI::App* bench) {
+  struct Args {
+    std::string url = "http://127.0.0.1:8000", concurrency = "1,8,64", model;
+    int input_len = 128, output_len = 128, num_prompts = 0;
+    uint64_t seed = 0;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = bench->add_subcommand("serve", "Load-test a running osprey (or any OpenAI-compatible) server");
+  cmd->add_option("--url", args->url, "server base URL");
+  cmd->add_option("--concurrency", args->concurrency, "comma-separated requests in flight, one run each");
+  cmd->add_option("--input-len", args->input_len, "prompt tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--output-len", args->output_len, "generated tokens per request")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-prompts", args->num_prompts, "requests per run (default: 4 x concurrency, at least 8)");
+  cmd->add_option("--model", args->model, "model id (default: the first of /v1/models)");
+  cmd->add_option("--seed", args->seed, "seed of the random prompts");
+  cmd->callback([args] {
+    std::smatch m;
+    std::regex re(R"(^http://([^/:]+)(?::(\d+))?/?$)");
+    if (!std::regex_match(args->url, m, re)) fail("--url must look like http://HOST:PORT");
+    const std::string host = m[1];
+    const int port = m[2].matched ? std::stoi(m[2]) : 80;
+    std::string model = args->model;
+    if (model.empty()) {
+      httplib::Client cli(host, port);
+      auto res = cli.Get("/v1/models");
+      if (!res || res->status != 200) fail("cannot list models at {}", args->url);
+      auto j = nlohmann::json::parse(res->body, nullptr, false);
+      if (j.is_discarded() || j["data"].empty()) fail("{}/v1/models lists no model", args->url);
+      model = j["data"][0]["id"];
+    }
+    nlohmann::json runs = nlohmann::json::array();
+    fmt::print(stderr, "{:>5} {:>6} {:>9} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}\n", "conc", "reqs", "secs",
+               "out tok/s", "total tok/s", "ttft p50", "ttft p99", "itl p50", "itl p99");
+    for (int c : parse_token_list(args->concurrency)) {
+      if (c <= 0) fail("--concurrency values must be positive");
+      const int n = args->num_prompts > 0 ? args->num_prompts : std::max(8, 4 * c);
+      std::mt19937_64 rng(args->seed + uint64_t(c));
+      std::vector<std::vector<int32_t>> prompts(n);
+      for (auto& p : prompts) {
+        p.resize(args->input_len);
+        for (auto& t : p) t = int32_t(rng() % 199998);
+      }
+      std::vector<RequestResult> results(n);
+      std::atomic<int> next{0};
+      auto t0 = clk::now();
+      std::vector<std::thread> workers;
+      for (int w = 0; w < c; ++w)
+        workers.emplace_back([&] {
+          for (int i; (i = next++) < n;) results[i] = one_request(host, port, model, prompts[i], args->output_len);
+        });
+      for (auto& w : workers) w.join();
+      const double secs = std::chrono::duration<double>(clk::now() - t0).count();
+      std::vector<double> ttft, itl;
+      int ok = 0, out_tokens = 0;
+      std::string first_error;
+      for (auto& r : results) {
+        if (!r.ok) {
+          if (first_error.empty()) first_error = r.error;
+          continue;
+        }
+        ++ok;
+        out_tokens += r.tokens;
+        ttft.push_back(r.ttft);
+        itl.insert(itl.end(), r.itl.begin(), r.itl.end());
+      }
+      nlohmann::json run = {{"concurrency", c}, {"requests", n}, {"succeeded", ok}, {"seconds", secs},
+                            {"input_len", args->input_len}, {"output_len", args->output_len},
+                            {"output_tokens_per_s", out_tokens / secs},
+                            {"total_tokens_per_s", (out_tokens + double(ok) * args->input_len) / secs},
+                            {"requests_per_s", ok / secs},
+                            {"ttft_p50_ms", percentile(ttft, 50) * 1e3}, {"ttft_p99_ms", percentile(ttft, 99) * 1e3},
+                            {"itl_p50_ms", percentile(itl, 50) * 1e3}, {"itl_p99_ms", percentile(itl, 99) * 1e3}};
+      if (!first_error.empty()) run["first_error"] = first_error;
+      fmt::print(stderr, "{:>5} {:>6} {:>9.2f} {:>11.1f} {:>11.1f} {:>8.1f}ms {:>8.1f}ms {:>8.1f}ms {:>8.1f}ms\n", c, ok, secs,
+                 double(run["output_tokens_per_s"]), double(run["total_tokens_per_s"]), double(run["ttft_p50_ms"]),
+                 double(run["ttft_p99_ms"]), double(run["itl_p50_ms"]), double(run["itl_p99_ms"]));
+      runs.push_back(run);
+    }
+    fmt::print("{}\n", nlohmann::json({{"url", args->url}, {"model", model}, {"runs", runs}}).dump(2));
+  });
+}
+
+}  // namespace osprey::cli
