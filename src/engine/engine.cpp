@@ -105,6 +105,7 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   seq->max_tokens = req.max_tokens;
   seq->stop_tokens = req.stop_tokens;
   seq->sampler = std::make_unique<Sampler>(req.sampling);
+  seq->constraint = req.constraint;
   auto handle = std::make_shared<RequestHandle>();
   {
     std::lock_guard lk(mu_);
@@ -187,7 +188,9 @@ void Engine::step() {
     Sequence& s = *c.seq;
     s.num_computed = c.start + c.count;
     if (!c.sample) continue;
-    const int32_t tok = s.sampler->sample(logits[li++]);
+    std::vector<float>& lg = logits[li++];
+    if (s.constraint) s.constraint->apply(std::span(s.tokens).subspan(size_t(s.prompt_len)), lg);
+    const int32_t tok = s.sampler->sample(lg);
     s.tokens.push_back(tok);
     std::shared_ptr<RequestHandle> h;
     {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -40,8 +41,17 @@ class CpuModelRunner final : public ModelRunner {
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
 const char* finish_reason_name(FinishReason r);
 
+// Per-request logit constraint (grammars, forced tool calls): sees the tokens generated so far
+// and masks the logits of the next one in place. Called on the engine thread.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual void apply(std::span<const int32_t> generated, std::span<float> logits) = 0;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
+  std::shared_ptr<TokenConstraint> constraint;  // optional
   int max_tokens = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these

@@ -23,6 +23,7 @@ struct Sequence {
   int max_tokens = 16;
   std::vector<int32_t> stop_tokens;
   std::unique_ptr<Sampler> sampler;
+  std::shared_ptr<class TokenConstraint> constraint;
   int generated() const { return int(tokens.size()) - prompt_len; }
 };
 

@@ -43,7 +43,7 @@ void ChatOutputBuilder::handle(const harmony::ParserEvent& e, std::vector<json>&
         if (!declared_.count(name) && name.size() > 4 && name.ends_with("json") &&
             declared_.count(name.substr(0, name.size() - 4)))
           name.resize(name.size() - 4);
-        if (!declared_.empty() && !declared_.count(name)) {
+        if (!declared_.count(name)) {  // undeclared (or no tools at all): dropped, not leaked
           route_ = Route::Dropped;
           break;
         }

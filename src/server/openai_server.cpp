@@ -11,6 +11,7 @@
 #include "harmony/o200k.h"
 #include "harmony/renderer.h"
 #include "server/chat_output.h"
+#include "server/tool_choice.h"
 
 namespace osprey::server {
 
@@ -163,10 +164,19 @@ struct OpenAiServer::Impl {
         throw ApiError(400, "tool_choice names a function that is not in 'tools'", "invalid_request_error", "tool_choice");
     }
     std::vector<int32_t> prompt = harmony::Renderer(tok).render_for_completion(conv, {.auto_drop_analysis = false});
+    // tool_choice "required" or a named function is enforced while decoding, not only asked for.
+    std::shared_ptr<TokenConstraint> constraint;
+    if (auto tc = b.find("tool_choice"); tc != b.end() && !declared.empty()) {
+      if (tc->is_object()) constraint = std::make_shared<ToolChoiceConstraint>(tok, std::vector<std::string>{(*tc)["function"]["name"]});
+      else if (*tc == "required") constraint = std::make_shared<ToolChoiceConstraint>(tok, std::vector<std::string>(declared.begin(), declared.end()));
+    }
+    if (auto tc = b.find("tool_choice"); tc != b.end() && *tc == "required" && declared.empty())
+      throw ApiError(400, "tool_choice 'required' needs at least one tool", "invalid_request_error", "tool_choice");
     const bool stream = get_field<bool>(b, "stream", false);
     bool include_usage = false;
     if (auto so = b.find("stream_options"); so != b.end() && so->is_object()) include_usage = get_field<bool>(*so, "include_usage", false);
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/true);
+    g.constraint = constraint;
     const int prompt_len = int(g.prompt.size());
     auto builder = std::make_shared<ChatOutputBuilder>(tok, declared, stop_strings(b));
     auto handle = submit(std::move(g));

@@ -104,6 +104,31 @@ await test("chat completion with tools (and tool history)", async () => {
   for await (const c of s) void c;
 });
 
+await test("tool_choice required / named is enforced while decoding", async () => {
+  const tools = ["get_weather", "get_time"].map((name) => ({ type: "function", function: { name,
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }));
+  let calls = 0;
+  for (let i = 0; i < 8; ++i) {
+    const named = i % 2 === 1;
+    const r = await client.chat.completions.create({ model, tools, temperature: 0, max_tokens: 40,
+      tool_choice: named ? { type: "function", function: { name: "get_time" } } : "required",
+      messages: [{ role: "user", content: `Request number ${i}` }] });
+    const c = r.choices[0];
+    if (c.message.tool_calls?.length) {
+      calls++;
+      assert(c.finish_reason === "tool_calls", c.finish_reason);
+      const name = c.message.tool_calls[0].function.name;
+      assert(named ? name === "get_time" : ["get_weather", "get_time"].includes(name), name);
+      assert(c.message.content === null || c.message.content === "", JSON.stringify(c.message.content));
+    } else {
+      // The random model may reason until max_tokens; it can never answer instead of calling.
+      assert(c.finish_reason === "length" && !c.message.content, JSON.stringify(c));
+    }
+  }
+  assert(calls >= 1, "no request produced a tool call");
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], tool_choice: "required" }), 400);
+});
+
 await test("completions (text prompt, token prompt, streaming)", async () => {
   const a = await client.completions.create({ model, prompt: "The capital of France is", max_tokens: 5, temperature: 0 });
   assert(a.object === "text_completion" && typeof a.choices[0].text === "string" && a.usage.completion_tokens <= 5);

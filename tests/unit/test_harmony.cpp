@@ -6,6 +6,7 @@
 #include "harmony/o200k.h"
 #include "harmony/parser.h"
 #include "harmony/renderer.h"
+#include "test_util.h"
 
 namespace osprey::harmony {
 namespace {
@@ -204,6 +205,43 @@ TEST(ChatRequest, BadRequestsNameTheProblem) {
   bad(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]})",
       "must be an object schema");
   bad(R"({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]})", "unknown tool_call_id");
+}
+
+}  // namespace
+}  // namespace osprey::harmony
+
+namespace osprey::harmony {
+namespace {
+
+TEST(HarmonyCli, TokenizeRenderParseContracts) {
+  test::TempDir d;
+  test::write_file(d / "vocab.tiktoken", std::string(Tokenizer::embedded_tiktoken_text()));
+  auto r = test::run_cli("tokenize --tokenizer " + (d / "vocab.tiktoken") + " --text 'hello world<|end|>'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[24912,2375,27,91,419,91,29]\n");  // the special string is plain text
+  test::write_file(d / "req.json", R"({"messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "low"})");
+  r = test::run_cli("render --tokenizer " + (d / "vocab.tiktoken") + " --request " + (d / "req.json") + " --date 2025-01-02");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["text"].get<std::string>().substr(0, 26), "<|start|>system<|message|>");
+  EXPECT_EQ(j["ids"].back(), 173781);  // ... <|start|>assistant
+  EXPECT_EQ(j["ids"].front(), 200006);
+  r = test::run_cli("parse --tokenizer " + (d / "vocab.tiktoken") +
+                    " --role assistant --ids 200005,35644,200008,24912,200007,200006,173781,200005,17196,200008,2375,200002");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = nlohmann::json::parse(r.out);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0]["channel"], "analysis");
+  EXPECT_EQ(m[0]["content"], "hello");
+  EXPECT_EQ(m[1]["channel"], "final");
+  EXPECT_EQ(m[1]["content"], " world");
+  EXPECT_TRUE(m[1]["recipient"].is_null());
+  r = test::run_cli("render --tokenizer " + (d / "vocab.tiktoken") + " --request " + (d / "missing.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  test::write_file(d / "bad.json", R"({"messages": [{"role": "robot", "content": "x"}]})");
+  r = test::run_cli("render --tokenizer " + (d / "vocab.tiktoken") + " --request " + (d / "bad.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("messages[0].role 'robot'"), std::string::npos) << r.err;
 }
 
 }  // namespace
