@@ -3,7 +3,9 @@
 
 #include "cli/commands.h"
 #include "core/log.h"
+#include "core/error.h"
 #include "engine/generate.h"
+#include "model/gpt_oss_cuda.h"
 
 namespace osprey::cli {
 
@@ -25,7 +27,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-k", args->sampling.top_k, "keep the k most likely tokens (0: all)");
   cmd->add_option("--seed", args->sampling.seed, "sampling seed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
-  cmd->add_option("--backend", args->backend, "cpu")->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--backend", args->backend, "cpu | cuda (BF16 path, greedy)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([args] {
     std::vector<int32_t> prompt = parse_token_list(args->tokens);
     GenerateOptions opt;
@@ -35,9 +37,16 @@ void add_generate(CLI::App& app) {
     opt.sampling.validate();
     opt.stop_at_eos = !args->ignore_eos;
     GptOssWeights w = GptOssWeights::load(args->model);
-    GptOssCpuModel model(w);
     GenerateStats st;
-    std::vector<int32_t> out = generate(model, prompt, opt, &st);
+    std::vector<int32_t> out;
+    if (args->backend == "cuda") {
+      if (!opt.sampling.greedy()) fail("--backend cuda generates greedily for now; pass --greedy");
+      GptOssCudaModel model(w, int(prompt.size()) + opt.max_tokens + 1);
+      out = generate_greedy_cuda(model, prompt, opt, &st);
+    } else {
+      GptOssCpuModel model(w);
+      out = generate(model, prompt, opt, &st);
+    }
     fmt::print("{}\n", fmt::join(out, ","));
     log_info("prefill {} tokens in {:.3f}s, decoded {} tokens in {:.3f}s", st.prompt_tokens, st.prefill_seconds,
              st.generated_tokens, st.decode_seconds);

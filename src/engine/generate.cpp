@@ -5,6 +5,7 @@
 #include <span>
 
 #include "core/error.h"
+#include "model/gpt_oss_cuda.h"
 
 namespace osprey {
 
@@ -37,6 +38,33 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
     if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
     if (step + 1 == opt.max_tokens) break;
     logits = model.forward(std::span(&out.back(), 1), cache, /*all_logits=*/false);
+  }
+  auto t2 = clock::now();
+  if (stats) {
+    stats->prompt_tokens = int(prompt.size());
+    stats->generated_tokens = int(out.size());
+    stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  }
+  return out;
+}
+
+std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& opt, GenerateStats* stats) {
+  if (prompt.empty()) fail("generate: the prompt is empty");
+  using clock = std::chrono::steady_clock;
+  const auto& cfg = model.config();
+  const auto& stops = opt.stop_tokens.empty() ? cfg.eos_token_ids : opt.stop_tokens;
+  model.reset();
+  std::vector<int32_t> out;
+  auto t0 = clock::now();
+  int32_t tok = model.forward_argmax(prompt);
+  auto t1 = clock::now();
+  for (int step = 0; step < opt.max_tokens; ++step) {
+    out.push_back(tok);
+    if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
+    if (step + 1 == opt.max_tokens) break;
+    tok = model.forward_argmax(std::span(&out.back(), 1));
   }
   auto t2 = clock::now();
   if (stats) {

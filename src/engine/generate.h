@@ -22,6 +22,11 @@ struct GenerateStats {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+class GptOssCudaModel;
+// Greedy generation on the CUDA backend (argmax on the GPU; only ids cross to the host).
+std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& opt, GenerateStats* stats = nullptr);
+
 // on_token (optional) sees each new token as it is chosen; returning false stops generation.
 std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
                               const GenerateOptions& opt, GenerateStats* stats = nullptr,

@@ -1,0 +1,307 @@
+// The element-wise, normalization, attention and routing kernels. Plain, correct first versions:
+// one warp or block per row, fp32 math; the GEMMs go to cuBLAS (gemm.cu).
+#include <cfloat>
+
+#include "kernels/cuda/ops.cuh"
+
+namespace osprey::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+inline unsigned blocks_for(size_t n, int threads = kThreads) { return unsigned((n + threads - 1) / threads); }
+void check_launch() { OSPREY_CUDA_CHECK(cudaGetLastError()); }
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void embedding_kernel(const bf16* table, const int32_t* tokens, float* out, int H) {
+  const int t = blockIdx.x;
+  const bf16* row = table + size_t(tokens[t]) * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) out[size_t(t) * H + i] = __bfloat162float(row[i]);
+}
+
+template <typename Out>
+__device__ inline Out from_float(float v);
+template <>
+__device__ inline bf16 from_float<bf16>(float v) { return __float2bfloat16(v); }
+template <>
+__device__ inline float from_float<float>(float v) { return v; }
+
+template <typename Out>
+__global__ void rmsnorm_kernel(const float* x, const bf16* gain, Out* y, int H, float eps) {
+  const int t = blockIdx.x;
+  const float* xt = x + size_t(t) * H;
+  float ss = 0;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xt[i] * xt[i];
+  __shared__ float part[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float r = rsqrtf(part[0] / H + eps);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) y[size_t(t) * H + i] = from_float<Out>(__bfloat162float(gain[i]) * (xt[i] * r));
+}
+
+__global__ void add_bias_kernel(float* y, const bf16* bias, int N, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += __bfloat162float(bias[i % N]);
+}
+
+__global__ void add_kernel(float* x, const float* y, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void to_bf16_kernel(const float* src, bf16* dst, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = __float2bfloat16(src[i]);
+}
+
+__global__ void rope_kernel(float* x, const int32_t* positions, const float* inv_freq, float c, int heads, int d) {
+  const int t = blockIdx.x, half = d / 2;
+  for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
+    const int h = j / half, i = j % half;
+    const float theta = float(positions[t]) * inv_freq[i];
+    float sn, cs;
+    sincosf(theta, &sn, &cs);
+    cs *= c;
+    sn *= c;
+    float* v = x + (size_t(t) * heads + h) * d;
+    const float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * cs - x2 * sn;
+    v[i + half] = x2 * cs + x1 * sn;
+  }
+}
+
+// One warp per (query, head): the running max starts at the sink logit, so the sink is counted
+// once; each lane owns the dimensions lane, lane + 32, ... of the head.
+template <int D>
+__global__ void sink_attention_kernel(const float* q, const float* k, const float* v, const bf16* sinks, float* out,
+                                      int T, int first_pos, int heads, int kv_heads, int window, float scale) {
+  const int warp = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (warp >= T * heads) return;
+  const int t = warp / heads, h = warp % heads;
+  const int g = h / (heads / kv_heads), pos = first_pos + t;
+  constexpr int PER = (D + 31) / 32;
+  float qv[PER], acc[PER];
+  const float* qp = q + (size_t(t) * heads + h) * D;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int c = lane + 32 * i;
+    qv[i] = c < D ? qp[c] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = __bfloat162float(sinks[h]), denom = 1.0f;  // the sink's exp(sink - m) with m = sink
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  for (int j = first; j <= pos; ++j) {
+    const float* kp = k + (size_t(j) * kv_heads + g) * D;
+    float dot = 0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) dot += qv[i] * kp[c];
+    }
+    const float s = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = __expf(m - m_new), p = __expf(s - m_new);
+    denom = denom * corr + p;
+    const float* vp = v + (size_t(j) * kv_heads + g) * D;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) acc[i] = acc[i] * corr + p * vp[c];
+    }
+    m = m_new;
+  }
+  float* op = out + (size_t(t) * heads + h) * D;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int c = lane + 32 * i;
+    if (c < D) op[c] = acc[i] / denom;
+  }
+}
+
+__global__ void topk_softmax_kernel(const float* logits, int32_t* idx, float* w, int E, int k) {
+  const int t = blockIdx.x;
+  if (threadIdx.x != 0) return;
+  const float* l = logits + size_t(t) * E;
+  int32_t chosen[16];
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {
+      bool taken = false;
+      for (int p = 0; p < j; ++p) taken |= chosen[p] == e;
+      if (!taken && (best < 0 || l[e] > l[best])) best = e;
+    }
+    chosen[j] = best;
+  }
+  const float m = l[chosen[0]];
+  float sum = 0;
+  for (int j = 0; j < k; ++j) sum += __expf(l[chosen[j]] - m);
+  for (int j = 0; j < k; ++j) {
+    idx[t * k + j] = chosen[j];
+    w[t * k + j] = __expf(l[chosen[j]] - m) / sum;
+  }
+}
+
+template <typename Out>
+__global__ void swiglu_kernel(const float* t, Out* a, size_t n, float alpha, float limit) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = fminf(t[2 * i], limit), u = fminf(fmaxf(t[2 * i + 1], -limit), limit);
+  a[i] = from_float<Out>(g / (1.0f + expf(-alpha * g)) * (u + 1.0f));
+}
+
+__global__ void to_f32_kernel(const bf16* src, float* dst, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = __bfloat162float(src[i]);
+}
+
+template <typename T>
+__global__ void gather_kernel(const T* src, const int32_t* rows, T* dst, int H) {
+  const int i = blockIdx.x;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) dst[size_t(i) * H + c] = src[size_t(rows[i]) * H + c];
+}
+
+__global__ void scatter_add_kernel(float* x, const float* y, const int32_t* rows, const float* w, int H) {
+  const int i = blockIdx.x;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) x[size_t(rows[i]) * H + c] += w[i] * y[size_t(i) * H + c];
+}
+
+__constant__ float kFp4[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+__global__ void mxfp4_kernel(const uint8_t* blocks, const uint8_t* scales, bf16* out, size_t n_bytes) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one packed byte: two columns
+  if (i >= n_bytes) return;
+  const uint8_t b = blocks[i];
+  const float s = ldexpf(1.0f, int(scales[i / 16]) - 127);
+  out[2 * i] = __float2bfloat16(kFp4[b & 15] * s);
+  out[2 * i + 1] = __float2bfloat16(kFp4[b >> 4] * s);
+}
+
+__global__ void argmax_kernel(const float* logits, int32_t* out, int V) {
+  const int r = blockIdx.x;
+  const float* l = logits + size_t(r) * V;
+  float best = -FLT_MAX;
+  int bi = INT32_MAX;
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    if (l[i] > best || (l[i] == best && i < bi)) best = l[i], bi = i;
+  __shared__ float sv[kThreads];
+  __shared__ int si[kThreads];
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = bi;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) {
+      const float ov = sv[threadIdx.x + o];
+      const int oi = si[threadIdx.x + o];
+      if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[r] = si[0];
+}
+
+}  // namespace
+
+void embedding(const bf16* table, const int32_t* tokens, float* out, int T, int H, cudaStream_t s) {
+  embedding_kernel<<<T, kThreads, 0, s>>>(table, tokens, out, H);
+  check_launch();
+}
+void rmsnorm_to_bf16(const float* x, const bf16* gain, bf16* y, int T, int H, float eps, cudaStream_t s) {
+  rmsnorm_kernel<bf16><<<T, kThreads, 0, s>>>(x, gain, y, H, eps);
+  check_launch();
+}
+void rmsnorm_to_f32(const float* x, const bf16* gain, float* y, int T, int H, float eps, cudaStream_t s) {
+  rmsnorm_kernel<float><<<T, kThreads, 0, s>>>(x, gain, y, H, eps);
+  check_launch();
+}
+void add_bias(float* y, const bf16* bias, int T, int N, cudaStream_t s) {
+  if (!bias) return;
+  const size_t n = size_t(T) * N;
+  add_bias_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, bias, N, n);
+  check_launch();
+}
+void add_inplace(float* x, const float* y, size_t n, cudaStream_t s) {
+  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  check_launch();
+}
+void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t s) {
+  to_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);
+  check_launch();
+}
+void rope(float* x, const int32_t* positions, const float* inv_freq, float c, int T, int heads, int d, cudaStream_t s) {
+  rope_kernel<<<T, kThreads, 0, s>>>(x, positions, inv_freq, c, heads, d);
+  check_launch();
+}
+void sink_attention(const float* q, const float* k, const float* v, const bf16* sinks, float* out, int T, int first_pos,
+                    int heads, int kv_heads, int d, int window, float scale, cudaStream_t s) {
+  const size_t threads = size_t(T) * heads * 32;
+  const unsigned grid = unsigned((threads + kThreads - 1) / kThreads);
+  switch (d) {
+#define OSPREY_ATTN_CASE(D)                                                                                   \
+  case D:                                                                                                     \
+    sink_attention_kernel<D><<<grid, kThreads, 0, s>>>(q, k, v, sinks, out, T, first_pos, heads, kv_heads, window, scale); \
+    break;
+    OSPREY_ATTN_CASE(16)
+    OSPREY_ATTN_CASE(32)
+    OSPREY_ATTN_CASE(64)
+    OSPREY_ATTN_CASE(128)
+#undef OSPREY_ATTN_CASE
+    default: fail_plain("sink_attention: head_dim " + std::to_string(d) + " is not compiled (16, 32, 64, 128)");
+  }
+  check_launch();
+}
+void topk_softmax(const float* logits, int32_t* idx, float* w, int T, int E, int k, cudaStream_t s) {
+  if (k > 16) fail_plain("top-k above 16 is not supported");
+  topk_softmax_kernel<<<T, 32, 0, s>>>(logits, idx, w, E, k);
+  check_launch();
+}
+void swiglu_to_bf16(const float* t, bf16* a, int n, int I, float alpha, float limit, cudaStream_t s) {
+  const size_t m = size_t(n) * I;
+  if (m) swiglu_kernel<bf16><<<blocks_for(m), kThreads, 0, s>>>(t, a, m, alpha, limit);
+  check_launch();
+}
+void swiglu_to_f32(const float* t, float* a, int n, int I, float alpha, float limit, cudaStream_t s) {
+  const size_t m = size_t(n) * I;
+  if (m) swiglu_kernel<float><<<blocks_for(m), kThreads, 0, s>>>(t, a, m, alpha, limit);
+  check_launch();
+}
+void gather_rows(const bf16* src, const int32_t* rows, bf16* dst, int n, int H, cudaStream_t s) {
+  if (n == 0) return;
+  gather_kernel<bf16><<<n, kThreads, 0, s>>>(src, rows, dst, H);
+  check_launch();
+}
+void gather_rows(const float* src, const int32_t* rows, float* dst, int n, int H, cudaStream_t s) {
+  if (n == 0) return;
+  gather_kernel<float><<<n, kThreads, 0, s>>>(src, rows, dst, H);
+  check_launch();
+}
+void to_f32(const bf16* src, float* dst, size_t n, cudaStream_t s) {
+  if (n) to_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);
+  check_launch();
+}
+void scatter_add_weighted(float* x, const float* y, const int32_t* rows, const float* w, int n, int H, cudaStream_t s) {
+  if (n == 0) return;
+  scatter_add_kernel<<<n, kThreads, 0, s>>>(x, y, rows, w, H);
+  check_launch();
+}
+void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, bf16* out, int rows, int cols, cudaStream_t s) {
+  const size_t n = size_t(rows) * cols / 2;
+  mxfp4_kernel<<<blocks_for(n), kThreads, 0, s>>>(blocks, scales, out, n);
+  check_launch();
+}
+void argmax_rows(const float* logits, int32_t* out, int rows, int V, cudaStream_t s) {
+  argmax_kernel<<<rows, kThreads, 0, s>>>(logits, out, V);
+  check_launch();
+}
+
+}  // namespace osprey::cuda
