@@ -9,6 +9,17 @@
 
 namespace osprey {
 
+namespace {
+template <typename TimePoint>
+void fill_stats(GenerateStats* stats, size_t prompt, size_t generated, TimePoint t0, TimePoint t1, TimePoint t2) {
+  if (!stats) return;
+  stats->prompt_tokens = int(prompt);
+  stats->generated_tokens = int(generated);
+  stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+}
+}  // namespace
+
 std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
                               const GenerateOptions& opt, GenerateStats* stats,
                               const std::function<bool(int32_t)>& on_token) {
@@ -39,13 +50,7 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
     if (step + 1 == opt.max_tokens) break;
     logits = model.forward(std::span(&out.back(), 1), cache, /*all_logits=*/false);
   }
-  auto t2 = clock::now();
-  if (stats) {
-    stats->prompt_tokens = int(prompt.size());
-    stats->generated_tokens = int(out.size());
-    stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-    stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
-  }
+  fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
   return out;
 }
 
@@ -66,13 +71,7 @@ std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vec
     if (step + 1 == opt.max_tokens) break;
     tok = model.forward_argmax(std::span(&out.back(), 1));
   }
-  auto t2 = clock::now();
-  if (stats) {
-    stats->prompt_tokens = int(prompt.size());
-    stats->generated_tokens = int(out.size());
-    stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-    stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
-  }
+  fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
   return out;
 }
 
