@@ -8,6 +8,7 @@
 #include "core/bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace osprey {
@@ -64,6 +65,8 @@ struct Layer {
   DeviceArray<float> router_f32;  // [E][H]: routing in fp32, so near-ties resolve as on the CPU
   DeviceArray<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
   Weight q, k, v, o, w1, w2;  // experts: w1 [E][2I][H], w2 [E][H][I]
+  // The experts as stored, for decode steps: blocks [E][rows][cols/32][16], scales [E][rows][cols/32].
+  DeviceArray<uint8_t> w1_blocks, w1_scales, w2_blocks, w2_scales;
   bool sliding;
 };
 
@@ -157,6 +160,15 @@ struct GptOssCudaModel::Impl {
       d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
       d.w1 = experts(L.mlp1);
       d.w2 = experts(L.mlp2);
+      auto raw = [&](const uint8_t* host, size_t n) {
+        DeviceArray<uint8_t> a(n);
+        OSPREY_CUDA_CHECK(cudaMemcpy(a.ptr, host, n, cudaMemcpyHostToDevice));
+        return a;
+      };
+      d.w1_blocks = raw(L.mlp1.blocks, size_t(E) * 2 * I * H / 2);
+      d.w1_scales = raw(L.mlp1.scales, size_t(E) * 2 * I * H / 32);
+      d.w2_blocks = raw(L.mlp2.blocks, size_t(E) * H * I / 2);
+      d.w2_scales = raw(L.mlp2.scales, size_t(E) * H * I / 32);
       progress.advance(size_t(2 * I) * H / 2 * E + size_t(H) * I / 2 * E + (size_t(2) * Q * H + 2ull * KV * H) * 2);
       layers.push_back(std::move(d));
     }
@@ -275,6 +287,50 @@ struct GptOssCudaModel::Impl {
     length += T;
   }
 
+  // One token, all on the device (no host synchronization): matrix-vector kernels with fp32
+  // activations over BF16 dense weights and the MXFP4 experts as stored. BF16 path only.
+  void decode_step(int32_t token) {
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, K = cfg.experts_per_token;
+    if (length + 1 > max_seq)
+      fail_plain("the CUDA KV cache holds " + std::to_string(max_seq) + " positions; " + std::to_string(length + 1) + " requested");
+    if (token < 0 || token >= cfg.vocab) fail_plain("token id " + std::to_string(token) + " is outside the vocabulary");
+    const int32_t pos = length;
+    d_tokens.ensure(1), d_pos.ensure(1);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_tokens.ptr, &token, 4, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_pos.ptr, &pos, 4, cudaMemcpyHostToDevice, stream));
+    x.ensure(H), hf.ensure(H), q.ensure(Q), k.ensure(KV), v.ensure(KV), attn.ensure(Q);
+    rlogits.ensure(cfg.num_experts), d_idx.ensure(K), rw.ensure(K);
+    t1.ensure(size_t(K) * 2 * I), aef.ensure(size_t(K) * I), y.ensure(size_t(K) * H);
+    const float eps = float(cfg.rms_norm_eps);
+    cuda::embedding(embed.ptr, d_tokens.ptr, x.ptr, 1, H, stream);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      Layer& L = layers[l];
+      cuda::rmsnorm_to_f32(x.ptr, L.attn_norm.ptr, hf.ptr, 1, H, eps, stream);
+      cuda::gemv_bf16(L.q.b.ptr, hf.ptr, L.q_bias.ptr, q.ptr, Q, H, false, stream);
+      cuda::gemv_bf16(L.k.b.ptr, hf.ptr, L.k_bias.ptr, k.ptr, KV, H, false, stream);
+      cuda::gemv_bf16(L.v.b.ptr, hf.ptr, L.v_bias.ptr, v.ptr, KV, H, false, stream);
+      cuda::rope(q.ptr, d_pos.ptr, inv_freq.ptr, concentration, 1, cfg.num_heads, cfg.head_dim, stream);
+      cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, 1, cfg.num_kv_heads, cfg.head_dim, stream);
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(kcache[l].ptr + size_t(pos) * KV, k.ptr, size_t(KV) * 4, cudaMemcpyDeviceToDevice, stream));
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(vcache[l].ptr + size_t(pos) * KV, v.ptr, size_t(KV) * 4, cudaMemcpyDeviceToDevice, stream));
+      cuda::sink_attention(q.ptr, kcache[l].ptr, vcache[l].ptr, L.sinks.ptr, attn.ptr, 1, pos, cfg.num_heads,
+                           cfg.num_kv_heads, cfg.head_dim, L.sliding ? cfg.sliding_window : 0,
+                           1.0f / std::sqrt(float(cfg.head_dim)), stream);
+      cuda::gemv_bf16(L.o.b.ptr, attn.ptr, L.o_bias.ptr, x.ptr, H, Q, /*accumulate=*/true, stream);  // + residual
+      cuda::rmsnorm_to_f32(x.ptr, L.mlp_norm.ptr, hf.ptr, 1, H, eps, stream);
+      cuda::gemv_f32(L.router_f32.ptr, hf.ptr, L.router_bias.ptr, rlogits.ptr, cfg.num_experts, H, stream);
+      cuda::topk_softmax(rlogits.ptr, d_idx.ptr, rw.ptr, 1, cfg.num_experts, K, stream);
+      cuda::gemv_mxfp4_experts(L.w1_blocks.ptr, L.w1_scales.ptr, L.b1.ptr, d_idx.ptr, K, hf.ptr, 0, t1.ptr, 2 * I, H, stream);
+      cuda::swiglu_to_f32(t1.ptr, aef.ptr, K, I, float(cfg.swiglu_alpha), float(cfg.swiglu_limit), stream);
+      cuda::gemv_mxfp4_experts(L.w2_blocks.ptr, L.w2_scales.ptr, L.b2.ptr, d_idx.ptr, K, aef.ptr, size_t(I), y.ptr, H, I, stream);
+      cuda::moe_combine(x.ptr, y.ptr, rw.ptr, K, H, stream);
+    }
+    ++length;
+    logits.ensure(cfg.vocab);
+    cuda::rmsnorm_to_f32(x.ptr, final_norm.ptr, hf.ptr, 1, H, eps, stream);
+    cuda::gemv_bf16(unembed.b.ptr, hf.ptr, nullptr, logits.ptr, cfg.vocab, H, false, stream);
+  }
+
   // Final norm and unembedding for rows [first, T) of x: logits on the device.
   int unembed_rows(int first, int T) {
     const int H = cfg.hidden, n = T - first;
@@ -307,8 +363,12 @@ std::vector<float> GptOssCudaModel::forward(std::span<const int32_t> tokens, boo
 int32_t GptOssCudaModel::forward_argmax(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail_plain("forward: no tokens");
   const int T = int(tokens.size());
-  impl_->run_layers(tokens);
-  impl_->unembed_rows(T - 1, T);
+  if (T == 1 && !impl_->fp32) {
+    impl_->decode_step(tokens[0]);
+  } else {
+    impl_->run_layers(tokens);
+    impl_->unembed_rows(T - 1, T);
+  }
   impl_->d_out_id.ensure(1);
   cuda::argmax_rows(impl_->logits.ptr, impl_->d_out_id.ptr, 1, impl_->cfg.vocab, impl_->stream);
   int32_t id;

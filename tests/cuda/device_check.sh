@@ -28,6 +28,14 @@ for name, vocab, T in [("parity-a", 1000, 200), ("parity-b", 777, 48), ("tiny", 
         agree = np.mean(gpu.argmax(1) == cpu.argmax(1))
         print(f"{prec.upper()} CUDA vs CPU fp32, {name} ({T} positions): worst relative error {rel.max():.3e}, mean {rel.mean():.3e}, argmax agreement {agree:.4f}")
 PY
+echo "== greedy decode, CUDA (device-side decode steps) vs CPU"
+for p in parity-a parity-b tiny; do
+  G=$($B generate --backend cuda --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
+  C=$($B --threads 16 generate --backend cpu --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
+  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p: cuda and cpu greedy agree on the first {n} of {len(a)} tokens')" "$G" "$C"
+done
+echo "== compute-sanitizer memcheck (decode steps, parity-b)"
+compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
 echo "== compute-sanitizer memcheck (parity-b, 20 tokens)"
 compute-sanitizer --tool memcheck --print-limit 5 $B logits --backend cuda --model $M/parity-b --tokens $(seq -s, 1 20) --out /tmp/cs.npy 2>&1 | tail -3
 echo "== compute-sanitizer racecheck (parity-b, 20 tokens)"

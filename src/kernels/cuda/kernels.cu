@@ -129,26 +129,95 @@ __global__ void sink_attention_kernel(const float* q, const float* k, const floa
   }
 }
 
+// Decode (one query): a block per head, its 8 warps splitting the keys; each warp keeps a running
+// (max, denominator, accumulator) and the block merges them. The sink is counted once: only the
+// first split starts from it (max = sink, denominator 1); the others start empty.
+template <int D>
+__global__ void sink_attention_decode_kernel(const float* q, const float* k, const float* v, const bf16* sinks,
+                                             float* out, int pos, int heads, int kv_heads, int window, float scale) {
+  constexpr int W = 8, PER = (D + 31) / 32;
+  const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = h / (heads / kv_heads);
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  float qv[PER], acc[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int c = lane + 32 * i;
+    qv[i] = c < D ? q[size_t(h) * D + c] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = warp == 0 ? __bfloat162float(sinks[h]) : -FLT_MAX, denom = warp == 0 ? 1.0f : 0.0f;
+  for (int j = first + warp; j <= pos; j += W) {
+    const float* kp = k + (size_t(j) * kv_heads + g) * D;
+    float dot = 0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) dot += qv[i] * kp[c];
+    }
+    const float sc = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, sc);
+    const float corr = __expf(m - m_new), p = __expf(sc - m_new);
+    denom = denom * corr + p;
+    const float* vp = v + (size_t(j) * kv_heads + g) * D;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) acc[i] = acc[i] * corr + p * vp[c];
+    }
+    m = m_new;
+  }
+  __shared__ float sm[W], sd[W], sacc[W][D];
+  if (lane == 0) sm[warp] = m, sd[warp] = denom;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int c = lane + 32 * i;
+    if (c < D) sacc[warp][c] = acc[i];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  float M = -FLT_MAX;
+  for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w]);
+  float den = 0;
+  for (int w = 0; w < W; ++w) den += sd[w] * __expf(sm[w] - M);
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int c = lane + 32 * i;
+    if (c >= D) continue;
+    float o = 0;
+    for (int w = 0; w < W; ++w) o += sacc[w][c] * __expf(sm[w] - M);
+    out[size_t(h) * D + c] = o / den;
+  }
+}
+
+// One warp per token: k rounds of a warp-wide argmax (lower index on ties) over the E logits.
 __global__ void topk_softmax_kernel(const float* logits, int32_t* idx, float* w, int E, int k) {
-  const int t = blockIdx.x;
-  if (threadIdx.x != 0) return;
+  const int t = blockIdx.x, lane = threadIdx.x;
   const float* l = logits + size_t(t) * E;
   int32_t chosen[16];
+  float vals[16];
   for (int j = 0; j < k; ++j) {
-    int best = -1;
-    for (int e = 0; e < E; ++e) {
+    float best = -FLT_MAX;
+    int bi = INT32_MAX;
+    for (int e = lane; e < E; e += 32) {
       bool taken = false;
       for (int p = 0; p < j; ++p) taken |= chosen[p] == e;
-      if (!taken && (best < 0 || l[e] > l[best])) best = e;
+      if (!taken && (l[e] > best || (l[e] == best && e < bi))) best = l[e], bi = e;
     }
-    chosen[j] = best;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
+    }
+    chosen[j] = bi;
+    vals[j] = best;
   }
-  const float m = l[chosen[0]];
+  if (lane != 0) return;
   float sum = 0;
-  for (int j = 0; j < k; ++j) sum += __expf(l[chosen[j]] - m);
+  for (int j = 0; j < k; ++j) sum += __expf(vals[j] - vals[0]);
   for (int j = 0; j < k; ++j) {
     idx[t * k + j] = chosen[j];
-    w[t * k + j] = __expf(l[chosen[j]] - m) / sum;
+    w[t * k + j] = __expf(vals[j] - vals[0]) / sum;
   }
 }
 
@@ -246,6 +315,22 @@ void sink_attention(const float* q, const float* k, const float* v, const bf16* 
                     int heads, int kv_heads, int d, int window, float scale, cudaStream_t s) {
   const size_t threads = size_t(T) * heads * 32;
   const unsigned grid = unsigned((threads + kThreads - 1) / kThreads);
+  if (T == 1) {  // decode: split the keys over 8 warps per head
+    switch (d) {
+#define OSPREY_DECODE_CASE(D)                                                                                     \
+  case D:                                                                                                         \
+    sink_attention_decode_kernel<D><<<heads, 256, 0, s>>>(q, k, v, sinks, out, first_pos, heads, kv_heads, window, scale); \
+    break;
+      OSPREY_DECODE_CASE(16)
+      OSPREY_DECODE_CASE(32)
+      OSPREY_DECODE_CASE(64)
+      OSPREY_DECODE_CASE(128)
+#undef OSPREY_DECODE_CASE
+      default: fail_plain("sink_attention: head_dim " + std::to_string(d) + " is not compiled (16, 32, 64, 128)");
+    }
+    check_launch();
+    return;
+  }
   switch (d) {
 #define OSPREY_ATTN_CASE(D)                                                                                   \
   case D:                                                                                                     \
