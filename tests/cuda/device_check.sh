@@ -9,6 +9,9 @@ B=$PWD/build/osprey
 M=${MODELS:-/root/osprey_models}
 mkdir -p "$M"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+echo "== CUDA kernels vs their CPU twins"
+$PWD/build/tests/osprey_cuda_tests 2>&1 | grep -E "^\[  (PASSED|FAILED)|Failure|tests ran" | head -20
+[ -n "${KERNELS_ONLY:-}" ] && exit 0
 for p in parity-a parity-b tiny; do $B synth --preset $p --seed 7 --out $M/$p --quiet; done
 python3 - "$B" "$M" <<'PY'
 import subprocess, sys, numpy as np
