@@ -81,6 +81,37 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv
   }
 }
 
+// The online-softmax core both attention kernels share: keys j = begin, begin + step, .. <= end
+// of KV head g fold into the running (m, denom, acc) of one warp. The sink is not here: it is
+// the initial (m, denom) a caller passes in, so it is counted exactly once.
+template <int D>
+__device__ inline void attend_keys(const float (&qv)[(D + 31) / 32], const float* k, const float* v, int g,
+                                   int kv_heads, float scale, int begin, int end, int step, float& m, float& denom,
+                                   float (&acc)[(D + 31) / 32]) {
+  constexpr int PER = (D + 31) / 32;
+  const int lane = threadIdx.x & 31;
+  for (int j = begin; j <= end; j += step) {
+    const float* kp = k + (size_t(j) * kv_heads + g) * D;
+    float dot = 0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) dot += qv[i] * kp[c];
+    }
+    const float s = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = __expf(m - m_new), p = __expf(s - m_new);
+    denom = denom * corr + p;
+    const float* vp = v + (size_t(j) * kv_heads + g) * D;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) acc[i] = acc[i] * corr + p * vp[c];
+    }
+    m = m_new;
+  }
+}
+
 // One warp per (query, head): the running max starts at the sink logit, so the sink is counted
 // once; each lane owns the dimensions lane, lane + 32, ... of the head.
 template <int D>
@@ -101,26 +132,7 @@ __global__ void sink_attention_kernel(const float* q, const float* k, const floa
   }
   float m = __bfloat162float(sinks[h]), denom = 1.0f;  // the sink's exp(sink - m) with m = sink
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
-  for (int j = first; j <= pos; ++j) {
-    const float* kp = k + (size_t(j) * kv_heads + g) * D;
-    float dot = 0;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int c = lane + 32 * i;
-      if (c < D) dot += qv[i] * kp[c];
-    }
-    const float s = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = __expf(m - m_new), p = __expf(s - m_new);
-    denom = denom * corr + p;
-    const float* vp = v + (size_t(j) * kv_heads + g) * D;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int c = lane + 32 * i;
-      if (c < D) acc[i] = acc[i] * corr + p * vp[c];
-    }
-    m = m_new;
-  }
+  attend_keys<D>(qv, k, v, g, kv_heads, scale, first, pos, 1, m, denom, acc);
   float* op = out + (size_t(t) * heads + h) * D;
 #pragma unroll
   for (int i = 0; i < PER; ++i) {
@@ -147,26 +159,7 @@ __global__ void sink_attention_decode_kernel(const float* q, const float* k, con
     acc[i] = 0.0f;
   }
   float m = warp == 0 ? __bfloat162float(sinks[h]) : -FLT_MAX, denom = warp == 0 ? 1.0f : 0.0f;
-  for (int j = first + warp; j <= pos; j += W) {
-    const float* kp = k + (size_t(j) * kv_heads + g) * D;
-    float dot = 0;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int c = lane + 32 * i;
-      if (c < D) dot += qv[i] * kp[c];
-    }
-    const float sc = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, sc);
-    const float corr = __expf(m - m_new), p = __expf(sc - m_new);
-    denom = denom * corr + p;
-    const float* vp = v + (size_t(j) * kv_heads + g) * D;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int c = lane + 32 * i;
-      if (c < D) acc[i] = acc[i] * corr + p * vp[c];
-    }
-    m = m_new;
-  }
+  attend_keys<D>(qv, k, v, g, kv_heads, scale, first + warp, pos, W, m, denom, acc);
   __shared__ float sm[W], sd[W], sacc[W][D];
   if (lane == 0) sm[warp] = m, sd[warp] = denom;
 #pragma unroll
