@@ -49,8 +49,7 @@ void StreamingParser::begin_header(std::optional<std::string> role) {
   header_.clear();
 }
 
-ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const {
-  auto& self = const_cast<StreamingParser&>(*this);
+ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) {
   ParsedMessage m;
   std::string h = header_;
   // Channel: the text after <|channel|> up to whitespace or '<'.
@@ -60,14 +59,14 @@ ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const 
     while (e < h.size() && !std::isspace(static_cast<unsigned char>(h[e])) && h[e] != '<') ++e;
     std::string channel = h.substr(v, e - v);
     if (channel.empty()) {
-      self.diag(ev, "header has <|channel|> but no channel name");
+      diag(ev, "header has <|channel|> but no channel name");
     } else {
       // Stray characters glued to a known channel ("commentary?", "final??"): keep the channel.
       for (const char* known : kKnownChannels) {
         std::string k = known;
         if (channel.size() > k.size() && channel.rfind(k, 0) == 0 && !std::isalnum(static_cast<unsigned char>(channel[k.size()])) &&
             channel[k.size()] != '_' && channel[k.size()] != '.') {
-          self.diag(ev, "stray text after channel '" + k + "': '" + channel.substr(k.size()) + "'");
+          diag(ev, "stray text after channel '" + k + "': '" + channel.substr(k.size()) + "'");
           channel = k;
         }
       }
@@ -78,7 +77,7 @@ ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const 
     while ((at = h.find(kChannelStr)) != std::string::npos) {
       size_t e2 = at + kChannelStr.size();
       while (e2 < h.size() && !std::isspace(static_cast<unsigned char>(h[e2])) && h[e2] != '<') ++e2;
-      self.diag(ev, "header repeats <|channel|>");
+      diag(ev, "header repeats <|channel|>");
       h = h.substr(0, at) + h.substr(e2);
     }
   }
@@ -92,7 +91,7 @@ ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const 
   if (header_role_) {
     role = *header_role_;
   } else if (parts.empty()) {
-    self.diag(ev, "message header has no role; assuming assistant");
+    diag(ev, "message header has no role; assuming assistant");
     role = "assistant";
   } else if (is_role(parts[0])) {
     role = parts[0];
@@ -101,7 +100,7 @@ ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const 
     m.name = parts[0];
     parts.erase(parts.begin());
   } else {
-    self.diag(ev, "unknown role '" + parts[0] + "'; assuming a tool message from it");
+    diag(ev, "unknown role '" + parts[0] + "'; assuming a tool message from it");
     role = "tool";
     m.name = parts[0];
     parts.erase(parts.begin());
@@ -114,7 +113,7 @@ ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const 
   std::vector<std::string> rest;
   for (auto& w : parts) {
     if (w.rfind("to=", 0) == 0) {
-      if (m.recipient) self.diag(ev, "header names two recipients; keeping the first");
+      if (m.recipient) diag(ev, "header names two recipients; keeping the first");
       else m.recipient = w.substr(3);
     } else if (w.rfind(kConstrainStr, 0) == 0) {
       m.content_type = w;
@@ -138,7 +137,7 @@ ParsedMessage StreamingParser::parse_header(std::vector<ParserEvent>& ev) const 
     if (!rest.empty()) {
       std::string words;
       for (auto& w : rest) words += (words.empty() ? "" : " ") + w;
-      self.diag(ev, "unexpected words in message header: '" + words + "'");
+      diag(ev, "unexpected words in message header: '" + words + "'");
     }
   }
   return m;

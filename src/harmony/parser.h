@@ -50,7 +50,7 @@ class StreamingParser {
   void begin_header(std::optional<std::string> role);
   void open_message(std::vector<ParserEvent>& ev);
   void close_message(std::vector<ParserEvent>& ev, int32_t terminator);
-  ParsedMessage parse_header(std::vector<ParserEvent>& ev) const;
+  ParsedMessage parse_header(std::vector<ParserEvent>& ev);
 
   const Tokenizer& tok_;
   State state_;

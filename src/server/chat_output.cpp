@@ -13,7 +13,7 @@ std::string new_id(const char* prefix) {
 
 ChatOutputBuilder::ChatOutputBuilder(const harmony::Tokenizer& tok, std::set<std::string> declared,
                                      std::vector<std::string> stop)
-    : tok_(tok), parser_(tok, "assistant"), declared_(std::move(declared)), stop_(std::move(stop)) {}
+    : parser_(tok, "assistant"), declared_(std::move(declared)), stop_(std::move(stop)) {}
 
 std::vector<json> ChatOutputBuilder::push(int32_t token) {
   std::vector<json> out;

@@ -37,7 +37,6 @@ class ChatOutputBuilder {
   void handle(const harmony::ParserEvent& e, std::vector<json>& out);
   void emit_content(std::string text, bool final_flush, std::vector<json>& out);
 
-  const harmony::Tokenizer& tok_;
   harmony::StreamingParser parser_;
   std::set<std::string> declared_;
   std::vector<std::string> stop_;

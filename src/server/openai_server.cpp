@@ -31,6 +31,17 @@ json error_body(const std::string& message, const std::string& type, const std::
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+const std::string kSseDone = "data: [DONE]\n\n";
+
+// The fields that every response object and stream event of one request share.
+struct Envelope {
+  std::string id, model;
+  int64_t created;
+  json make(const char* object, json choices) const {
+    return {{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
+  }
+};
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -60,6 +71,11 @@ bool get_field(const json& b, const char* key, bool fallback) {
   if (it == b.end() || it->is_null()) return fallback;
   if (!it->is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), "invalid_request_error", key);
   return it->get<bool>();
+}
+
+bool wants_usage(const json& b) {
+  auto so = b.find("stream_options");
+  return so != b.end() && so->is_object() && get_field<bool>(*so, "include_usage", false);
 }
 
 std::vector<std::string> stop_strings(const json& b) {
@@ -172,16 +188,13 @@ struct OpenAiServer::Impl {
     }
     if (auto tc = b.find("tool_choice"); tc != b.end() && *tc == "required" && declared.empty())
       throw ApiError(400, "tool_choice 'required' needs at least one tool", "invalid_request_error", "tool_choice");
-    const bool stream = get_field<bool>(b, "stream", false);
-    bool include_usage = false;
-    if (auto so = b.find("stream_options"); so != b.end() && so->is_object()) include_usage = get_field<bool>(*so, "include_usage", false);
+    const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/true);
     g.constraint = constraint;
     const int prompt_len = int(g.prompt.size());
     auto builder = std::make_shared<ChatOutputBuilder>(tok, declared, stop_strings(b));
     auto handle = submit(std::move(g));
-    const std::string id = new_id("chatcmpl-");
-    const int64_t created = unix_now();
+    const Envelope env{new_id("chatcmpl-"), cfg.model_id, unix_now()};
 
     if (!stream) {
       TokenEvent ev;
@@ -197,22 +210,20 @@ struct OpenAiServer::Impl {
         if (ev.finish != FinishReason::None) engine_reason = finish_reason_name(ev.finish);
       }
       builder->finish();
-      json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", cfg.model_id},
-                  {"choices", json::array({{{"index", 0}, {"message", builder->message()}, {"logprobs", nullptr},
-                                            {"finish_reason", builder->finish_reason(engine_reason)}}})},
-                  {"usage", usage(prompt_len, completion, builder->reasoning_tokens())}};
+      json out = env.make("chat.completion", json::array({{{"index", 0}, {"message", builder->message()}, {"logprobs", nullptr},
+                                                            {"finish_reason", builder->finish_reason(engine_reason)}}}));
+      out["usage"] = usage(prompt_len, completion, builder->reasoning_tokens());
       res.set_content(dump(out), "application/json");
       return;
     }
     struct State {
-      bool sent_role = false, done = false;
+      bool sent_role = false;
       int completion = 0;
     };
     auto st = std::make_shared<State>();
-    auto chunk = [id, created, model = cfg.model_id](const json& delta, const json& finish) {
-      json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
-      return "data: " + dump(c) + "\n\n";
+    auto chunk = [env](const json& delta, const json& finish) {
+      return sse(env.make("chat.completion.chunk",
+                          json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})));
     };
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
@@ -235,16 +246,16 @@ struct OpenAiServer::Impl {
             for (auto& d : builder->finish())
               if (!send(chunk(d, nullptr))) return false;
             if (ev.finish == FinishReason::Error) {
-              send("data: " + dump(error_body("generation failed: " + ev.error, "server_error", "", "")) + "\n\n");
+              send(sse(error_body("generation failed: " + ev.error, "server_error", "", "")));
             } else {
               send(chunk(json::object(), builder->finish_reason(finish_reason_name(ev.finish))));
               if (include_usage) {
-                json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", cfg.model_id},
-                          {"choices", json::array()}, {"usage", usage(prompt_len, st->completion, builder->reasoning_tokens())}};
-                send("data: " + dump(u) + "\n\n");
+                json u = env.make("chat.completion.chunk", json::array());
+                u["usage"] = usage(prompt_len, st->completion, builder->reasoning_tokens());
+                send(sse(u));
               }
             }
-            send("data: [DONE]\n\n");
+            send(kSseDone);
             sink.done();
           }
           return true;
@@ -275,14 +286,14 @@ struct OpenAiServer::Impl {
                      "invalid_request_error", "prompt");
     }
     if (prompt.empty()) throw ApiError(400, "'prompt' is empty", "invalid_request_error", "prompt");
-    const bool stream = get_field<bool>(b, "stream", false);
-    bool include_usage = false;
-    if (auto so = b.find("stream_options"); so != b.end() && so->is_object()) include_usage = get_field<bool>(*so, "include_usage", false);
+    const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/false);
     const int prompt_len = int(g.prompt.size());
     auto handle = submit(std::move(g));
-    const std::string id = new_id("cmpl-");
-    const int64_t created = unix_now();
+    const Envelope env{new_id("cmpl-"), cfg.model_id, unix_now()};
+    auto choice = [](const std::string& text, const json& finish) {
+      return json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+    };
     auto utf8 = std::make_shared<harmony::Utf8StreamDecoder>();
     if (!stream) {
       TokenEvent ev;
@@ -298,9 +309,8 @@ struct OpenAiServer::Impl {
         if (ev.finish != FinishReason::None) reason = finish_reason_name(ev.finish);
       }
       text += utf8->flush();
-      json out = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", cfg.model_id},
-                  {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason}}})},
-                  {"usage", usage(prompt_len, completion, 0)}};
+      json out = env.make("text_completion", choice(text, reason));
+      out["usage"] = usage(prompt_len, completion, 0);
       res.set_content(dump(out), "application/json");
       return;
     }
@@ -309,11 +319,9 @@ struct OpenAiServer::Impl {
     res.set_chunked_content_provider(
         "text/event-stream",
         [=, this](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           auto send_text = [&](const std::string& text, const json& finish) {
-            json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", cfg.model_id},
-                      {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
-            std::string s = "data: " + dump(c) + "\n\n";
-            return sink.write(s.data(), s.size());
+            return send(sse(env.make("text_completion", choice(text, finish))));
           };
           TokenEvent ev;
           if (!handle->next(ev)) return false;
@@ -325,13 +333,11 @@ struct OpenAiServer::Impl {
           if (ev.finish != FinishReason::None) {
             send_text(utf8->flush(), finish_reason_name(ev.finish));
             if (include_usage) {
-              json u = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", cfg.model_id},
-                        {"choices", json::array()}, {"usage", usage(prompt_len, *completion, 0)}};
-              std::string s = "data: " + dump(u) + "\n\n";
-              sink.write(s.data(), s.size());
+              json u = env.make("text_completion", json::array());
+              u["usage"] = usage(prompt_len, *completion, 0);
+              send(sse(u));
             }
-            std::string d = "data: [DONE]\n\n";
-            sink.write(d.data(), d.size());
+            send(kSseDone);
             sink.done();
           }
           return true;
