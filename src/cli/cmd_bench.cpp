@@ -8,6 +8,7 @@
 #include <random>
 #include <sys/resource.h>
 
+#include "cli/bench_cuda.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -57,6 +58,7 @@ void add_bench(CLI::App& app) {
     size_t membw_mib = 2048;
   };
   auto args = std::make_shared<Args>();
+  auto cu = std::make_shared<BenchCudaArgs>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the memory-bandwidth bound");
   cmd->add_option("--model", args->model, "checkpoint directory");
   add_bench_serve(cmd);
@@ -64,10 +66,23 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--decode-tokens", args->decode_tokens, "tokens to decode")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "seed of the random prompt");
   cmd->add_option("--membw-mib", args->membw_mib, "buffer size for the bandwidth measurement")->check(CLI::PositiveNumber);
-  cmd->add_option("--backend", args->backend, "cpu")->check(CLI::IsMember({"cpu"}));
-  cmd->callback([args, cmd] {
+  cmd->add_option("--backend", args->backend, "cpu | cuda (the FP8 Hopper path)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--prefill-lens", cu->prefill_lens, "cuda: prompt lengths to time");
+  cmd->add_option("--batches", cu->batches, "cuda: decode batch sizes");
+  cmd->add_option("--contexts", cu->contexts, "cuda: decode context lengths");
+  cmd->add_option("--steps", cu->steps, "cuda: timed decode steps per point")->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk", cu->prefill_chunk, "cuda: tokens per prefill step")->check(CLI::PositiveNumber);
+  cmd->add_option("--usd-per-gpu-hour", cu->usd_per_gpu_hour, "cuda: price for the cost columns");
+  cmd->add_option("--json", cu->json, "cuda: also write the results as JSON here");
+  cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve")) return;
     if (args->model.empty()) fail("bench: --model is required (or use `bench serve`)");
+    if (args->backend == "cuda") {
+      cu->model = args->model;
+      cu->seed = args->seed;
+      run_bench_cuda(*cu);
+      return;
+    }
     // Bandwidth is measured before and after the run (shared machines drift); the higher is the bound.
     const double bw_before = measure_read_bandwidth_gbs(args->membw_mib << 20);
     log_info("memory read bandwidth {:.1f} GB/s ({} threads)", bw_before, omp_get_max_threads());

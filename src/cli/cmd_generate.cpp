@@ -6,12 +6,13 @@
 #include "core/error.h"
 #include "engine/generate.h"
 #include "model/gpt_oss_cuda.h"
+#include "model/gpt_oss_cuda_fp8.h"
 
 namespace osprey::cli {
 
 void add_generate(CLI::App& app) {
   struct Args {
-    std::string model, tokens, backend = "cpu";
+    std::string model, tokens, backend = "cpu", precision;
     int max_tokens = 16;
     bool greedy = false, ignore_eos = false;
     SamplingParams sampling;
@@ -27,7 +28,9 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-k", args->sampling.top_k, "keep the k most likely tokens (0: all)");
   cmd->add_option("--seed", args->sampling.seed, "sampling seed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
-  cmd->add_option("--backend", args->backend, "cpu | cuda (BF16 path, greedy)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--backend", args->backend, "cpu | cuda (greedy)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--precision", args->precision, "cpu: fp32 (default) or fp8; cuda: fp8 (default) or bf16")
+      ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
   cmd->callback([args] {
     std::vector<int32_t> prompt = parse_token_list(args->tokens);
     GenerateOptions opt;
@@ -41,10 +44,19 @@ void add_generate(CLI::App& app) {
     std::vector<int32_t> out;
     if (args->backend == "cuda") {
       if (!opt.sampling.greedy()) fail("--backend cuda generates greedily for now; pass --greedy");
-      GptOssCudaModel model(w, int(prompt.size()) + opt.max_tokens + 1);
-      out = generate_greedy_cuda(model, prompt, opt, &st);
+      const int ctx = int(prompt.size()) + opt.max_tokens + 1;
+      if (args->precision.empty() || args->precision == "fp8") {
+        GptOssCudaFp8 model(w, {.slots = 1, .max_context = ctx, .prefill_chunk = 2048, .graphs = true});
+        out = generate_greedy_cuda(model, prompt, opt, &st);
+      } else if (args->precision == "bf16") {
+        GptOssCudaModel model(w, ctx);
+        out = generate_greedy_cuda(model, prompt, opt, &st);
+      } else {
+        fail("--backend cuda generates with --precision fp8 or bf16");
+      }
     } else {
-      GptOssCpuModel model(w);
+      if (args->precision == "bf16") fail("--precision bf16 is a CUDA path; the CPU runs fp32 or fp8");
+      GptOssCpuModel model(w, args->precision == "fp8" ? CpuPrecision::Fp8 : CpuPrecision::AsStored);
       out = generate(model, prompt, opt, &st);
     }
     fmt::print("{}\n", fmt::join(out, ","));

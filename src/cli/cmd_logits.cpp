@@ -1,13 +1,15 @@
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/npy.h"
 #include "model/gpt_oss_cuda.h"
+#include "model/gpt_oss_cuda_fp8.h"
 #include "model/gpt_oss_forward.h"
 
 namespace osprey::cli {
 
 void add_logits(CLI::App& app) {
   struct Args {
-    std::string model, tokens, out, backend = "cpu", precision = "bf16";
+    std::string model, tokens, out, backend = "cpu", precision;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits at every position as a float32 .npy [T, vocab]");
@@ -15,18 +17,25 @@ void add_logits(CLI::App& app) {
   cmd->add_option("--tokens", args->tokens, "comma-separated token ids")->required();
   cmd->add_option("--out", args->out, "output .npy path")->required();
   cmd->add_option("--backend", args->backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--precision", args->precision, "cuda: bf16 (default) or fp32 (a check of the math)")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
+  cmd->add_option("--precision", args->precision,
+                  "cpu: fp32 (default: weights as stored, fp32 math) or fp8 (the emulation of the Hopper path); "
+                  "cuda: fp8 (default), bf16, or fp32 (a check of the math)")
+      ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
   cmd->callback([args] {
     std::vector<int32_t> tokens = parse_token_list(args->tokens);
     GptOssWeights w = GptOssWeights::load(args->model);
     std::vector<float> logits;
-    if (args->backend == "cuda") {
-      GptOssCudaModel model(w, int(tokens.size()), args->precision == "fp32" ? GptOssCudaModel::Precision::FP32
-                                                                             : GptOssCudaModel::Precision::BF16);
+    const std::string prec = args->precision.empty() ? (args->backend == "cuda" ? "fp8" : "fp32") : args->precision;
+    if (args->backend == "cuda" && prec == "fp8") {
+      GptOssCudaFp8 model(w, {.slots = 1, .max_context = int(tokens.size()), .prefill_chunk = 2048, .graphs = false});
+      logits = model.prefill(0, tokens, /*all_logits=*/true);
+    } else if (args->backend == "cuda") {
+      GptOssCudaModel model(w, int(tokens.size()), prec == "fp32" ? GptOssCudaModel::Precision::FP32
+                                                                  : GptOssCudaModel::Precision::BF16);
       logits = model.forward(tokens, /*all_logits=*/true);
     } else {
-      GptOssCpuModel model(w);
+      if (prec == "bf16") fail("--precision bf16 is a CUDA path; the CPU runs fp32 or fp8");
+      GptOssCpuModel model(w, prec == "fp8" ? CpuPrecision::Fp8 : CpuPrecision::AsStored);
       KvCache cache = model.new_cache();
       logits = model.forward(tokens, cache, /*all_logits=*/true);
     }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/gpt_oss_cuda.h"
+#include "model/gpt_oss_cuda_fp8.h"
 
 namespace osprey {
 
@@ -70,6 +71,28 @@ std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vec
     if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
     if (step + 1 == opt.max_tokens) break;
     tok = model.forward_argmax(std::span(&out.back(), 1));
+  }
+  fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
+  return out;
+}
+
+std::vector<int32_t> generate_greedy_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& opt, GenerateStats* stats) {
+  if (prompt.empty()) fail("generate: the prompt is empty");
+  using clock = std::chrono::steady_clock;
+  const auto& cfg = model.config();
+  const auto& stops = opt.stop_tokens.empty() ? cfg.eos_token_ids : opt.stop_tokens;
+  model.release(0);
+  std::vector<int32_t> out;
+  const int32_t slot = 0;
+  auto t0 = clock::now();
+  int32_t tok = model.prefill_argmax(slot, prompt);
+  auto t1 = clock::now();
+  for (int step = 0; step < opt.max_tokens; ++step) {
+    out.push_back(tok);
+    if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
+    if (step + 1 == opt.max_tokens) break;
+    tok = model.decode_argmax(std::span(&slot, 1), std::span(&out.back(), 1))[0];
   }
   fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
   return out;

@@ -19,3 +19,27 @@ int32_t GptOssCudaModel::forward_argmax(std::span<const int32_t>) { fail("no CUD
 void GptOssCudaModel::synchronize() {}
 
 }  // namespace osprey
+
+#include "model/gpt_oss_cuda_fp8.h"
+
+namespace osprey {
+
+struct GptOssCudaFp8::Impl {};
+GptOssCudaFp8::GptOssCudaFp8(const GptOssWeights&, const Options&) {
+  fail("this build of osprey has no CUDA backend (rebuild where nvcc is available)");
+}
+GptOssCudaFp8::~GptOssCudaFp8() = default;
+const GptOssConfig& GptOssCudaFp8::config() const { fail("no CUDA backend"); }
+const GptOssCudaFp8::Options& GptOssCudaFp8::options() const { fail("no CUDA backend"); }
+int GptOssCudaFp8::length(int) const { return 0; }
+void GptOssCudaFp8::release(int) {}
+std::vector<float> GptOssCudaFp8::prefill(int, std::span<const int32_t>, bool) { fail("no CUDA backend"); }
+int32_t GptOssCudaFp8::prefill_argmax(int, std::span<const int32_t>) { fail("no CUDA backend"); }
+std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t>, std::span<const int32_t>) {
+  fail("no CUDA backend");
+}
+void GptOssCudaFp8::fill_random(int, int) {}
+void GptOssCudaFp8::synchronize() {}
+double GptOssCudaFp8::weight_bytes() const { return 0; }
+
+}  // namespace osprey

@@ -28,7 +28,10 @@ struct ChunkKv final : cpu::KvSource {
 
 }  // namespace
 
-GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w) : w_(w) {
+GptOssCpuModel::~GptOssCpuModel() = default;
+
+GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision) : w_(w) {
+  if (precision == CpuPrecision::Fp8) fp8_ = std::make_unique<GptOssFp8Weights>(GptOssFp8Weights::convert(w));
   const GptOssConfig& c = w.config;
   rope_ = cpu::make_rope_table({.head_dim = c.head_dim,
                                 .theta = c.rope_theta,
@@ -38,6 +41,20 @@ GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w) : w_(w) {
                                 .original_max_pos = c.rope_original_max_pos,
                                 .yarn = c.rope_yarn,
                                 .truncate = c.rope_truncate});
+}
+
+void GptOssCpuModel::linear(const Bf16Matrix& W, const fp8::Matrix* q8, const bf16* bias, const float* x, float* y,
+                            int T) const {
+  if (q8) cpu::f32_fp8w_matmul(x, q8->data(), q8->scale(), q8->scale_stride(), bias, y, T, W.rows, W.cols);
+  else cpu::f32_bf16w_matmul(x, W.w, bias, y, T, W.rows, W.cols);
+}
+
+void GptOssCpuModel::expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8, int e, const float* x, float* y,
+                                   int T) const {
+  if (q8)
+    cpu::f32_fp8w_matmul(x, q8->data(e), q8->scale(e), q8->scale_stride(), W.expert_bias(e), y, T, W.rows, W.cols);
+  else
+    cpu::f32_mxfp4w_matmul(x, W.expert_blocks(e), W.expert_scales(e), W.expert_bias(e), y, T, W.rows, W.cols);
 }
 
 KvCache GptOssCpuModel::new_cache() const {
@@ -72,7 +89,7 @@ std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const Se
   cpu::bf16_embedding(w_.embed.w, tokens.data(), x.data(), T, H);
   for (int l = 0; l < c.num_layers; ++l) {
     attention_block(w_.layers[l], l, x.data(), pos.data(), chunks, T);
-    moe_block(w_.layers[l], x.data(), T);
+    moe_block(w_.layers[l], l, x.data(), T);
   }
   // Rows that need logits: every row of an all_logits chunk, else its last.
   std::vector<int> rows;
@@ -87,7 +104,7 @@ std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const Se
   std::vector<float> sel(size_t(R) * H), h(size_t(R) * H), logits(size_t(R) * c.vocab);
   for (int r = 0; r < R; ++r) std::copy_n(&x[size_t(rows[r]) * H], H, &sel[size_t(r) * H]);
   cpu::f32_bf16w_rmsnorm(sel.data(), w_.final_norm, h.data(), R, H, float(c.rms_norm_eps));
-  cpu::f32_bf16w_matmul(h.data(), w_.unembed.w, /*bias=*/nullptr, logits.data(), R, c.vocab, H);
+  linear(w_.unembed, fp8_ ? &fp8_->unembed : nullptr, /*bias=*/nullptr, h.data(), logits.data(), R);
   std::vector<std::vector<float>> out;
   int r0 = 0;
   for (const SequenceChunk& ch : chunks) {
@@ -106,9 +123,10 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   std::vector<float> attn(size_t(T) * Q), o(size_t(T) * H);
 
   cpu::f32_bf16w_rmsnorm(x, L.attn_norm, h.data(), T, H, float(c.rms_norm_eps));
-  cpu::f32_bf16w_matmul(h.data(), L.q.w, L.q_bias, q.data(), T, Q, H);
-  cpu::f32_bf16w_matmul(h.data(), L.k.w, L.k_bias, k.data(), T, KV, H);
-  cpu::f32_bf16w_matmul(h.data(), L.v.w, L.v_bias, v.data(), T, KV, H);
+  const GptOssFp8Layer* L8 = fp8_ ? &fp8_->layers[layer] : nullptr;
+  linear(L.q, L8 ? &L8->q : nullptr, L.q_bias, h.data(), q.data(), T);
+  linear(L.k, L8 ? &L8->k : nullptr, L.k_bias, h.data(), k.data(), T);
+  linear(L.v, L8 ? &L8->v : nullptr, L.v_bias, h.data(), v.data(), T);
   cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
   cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
 
@@ -127,11 +145,11 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
     ch.kv->append(layer, kc, vc, n);
     t0 += n;
   }
-  cpu::f32_bf16w_matmul(attn.data(), L.o.w, L.o_bias, o.data(), T, H, Q);
+  linear(L.o, L8 ? &L8->o : nullptr, L.o_bias, attn.data(), o.data(), T);
   for (size_t i = 0; i < o.size(); ++i) x[i] += o[i];
 }
 
-void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, float* x, int T) const {
+void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x, int T) const {
   const GptOssConfig& c = w_.config;
   const int H = c.hidden, I = c.intermediate, E = c.num_experts, K = c.experts_per_token;
   std::vector<float> h(size_t(T) * H), router(size_t(T) * E), wts(size_t(T) * K);
@@ -154,11 +172,9 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, float* x, int T) con
     a.resize(size_t(n) * I);
     y.resize(size_t(n) * H);
     for (int i = 0; i < n; ++i) std::memcpy(&xe[size_t(i) * H], &h[size_t(toks[i].first) * H], H * sizeof(float));
-    cpu::f32_mxfp4w_matmul(xe.data(), L.mlp1.expert_blocks(e), L.mlp1.expert_scales(e), L.mlp1.expert_bias(e),
-                           t1.data(), n, 2 * I, H);
+    expert_linear(L.mlp1, fp8_ ? &fp8_->layers[layer].mlp1 : nullptr, e, xe.data(), t1.data(), n);
     cpu::f32_swiglu_clamped(t1.data(), a.data(), n, I, float(c.swiglu_alpha), float(c.swiglu_limit));
-    cpu::f32_mxfp4w_matmul(a.data(), L.mlp2.expert_blocks(e), L.mlp2.expert_scales(e), L.mlp2.expert_bias(e),
-                           y.data(), n, H, I);
+    expert_linear(L.mlp2, fp8_ ? &fp8_->layers[layer].mlp2 : nullptr, e, a.data(), y.data(), n);
     for (int i = 0; i < n; ++i) {
       float* xt = x + size_t(toks[i].first) * H;
       const float w = toks[i].second;

@@ -4,11 +4,13 @@
 // other tokens of the batch (the kernels sum in a fixed order).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "engine/kv_cache.h"
 #include "kernels/cpu/ops.h"
+#include "model/gpt_oss_fp8.h"
 #include "model/gpt_oss_weights.h"
 
 namespace osprey {
@@ -19,9 +21,15 @@ struct SequenceChunk {
   bool all_logits;                  // logits for every token, or the last one only
 };
 
+// AsStored: BF16 and MXFP4 weights as stored, fp32 math (the reference). Fp8: the emulation of the
+// Hopper path: GEMM weights converted to FP8 128x128 (model/gpt_oss_fp8.h) at construction,
+// activations quantized to FP8 in 1x128 blocks before each of those GEMMs, fp32 math.
+enum class CpuPrecision { AsStored, Fp8 };
+
 class GptOssCpuModel {
  public:
-  explicit GptOssCpuModel(const GptOssWeights& w);
+  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored);
+  ~GptOssCpuModel();
 
   const GptOssConfig& config() const { return w_.config; }
   KvCache new_cache() const;
@@ -33,9 +41,14 @@ class GptOssCpuModel {
  private:
   void attention_block(const GptOssLayerWeights& L, int layer, float* x, const int32_t* pos,
                        std::span<const SequenceChunk> chunks, int T) const;
-  void moe_block(const GptOssLayerWeights& L, float* x, int T) const;
+  void moe_block(const GptOssLayerWeights& L, int layer, float* x, int T) const;
+
+  // y [T][rows] = x [T][cols] . W^T + bias, in the model's precision (fp8: matrix e of `q8`).
+  void linear(const Bf16Matrix& W, const fp8::Matrix* q8, const bf16* bias, const float* x, float* y, int T) const;
+  void expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8, int e, const float* x, float* y, int T) const;
 
   const GptOssWeights& w_;
+  std::unique_ptr<GptOssFp8Weights> fp8_;  // set in Fp8 precision
   cpu::RopeTable rope_;
 };
 

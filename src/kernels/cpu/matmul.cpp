@@ -7,6 +7,7 @@
 #include <vector>
 #include <immintrin.h>
 
+#include "formats/fp8.h"
 #include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
 
@@ -185,6 +186,43 @@ void f32_mxfp4w_matmul(const float* x, const uint8_t* blocks, const uint8_t* sca
   tiled_matmul(x, bias, y, T, N, K, [&]<int NT>(int n, const float* xt, float* out) {
     mxfp4_row_dot<NT>(blocks + size_t(n) * G * kMxfp4GroupBytes, scales + size_t(n) * G, xt, K, out);
   });
+}
+
+}  // namespace osprey::cpu
+
+namespace osprey::cpu {
+
+void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_stride, const bf16* bias, float* y,
+                     int T, int N, int K) {
+  const int KB = fp8::blocks(K);
+  std::vector<uint8_t> xq(size_t(T) * K);
+  std::vector<float> xs(size_t(KB) * T), xd(size_t(T) * K);
+  fp8::quantize_activations(x, T, K, xq.data(), xs.data(), T);
+  const float* table = fp8::decode_table().v;
+  for (size_t i = 0; i < xq.size(); ++i) xd[i] = table[xq[i]];
+#pragma omp parallel
+  {
+    std::vector<float> w(K);
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const uint8_t* row = Wq + size_t(n) * K;
+      for (int k = 0; k < K; ++k) w[k] = table[row[k]];
+      const float* ws = Ws + size_t(n / fp8::kBlock) * ws_stride;
+      const float b = bias ? bf16_to_f32(bias[n]) : 0.0f;
+      for (int t = 0; t < T; ++t) {
+        const float* xt = xd.data() + size_t(t) * K;
+        float acc = 0;
+        for (int kb = 0; kb < KB; ++kb) {
+          const int k0 = kb * fp8::kBlock, k1 = std::min(K, k0 + fp8::kBlock);
+          float part = 0;
+#pragma omp simd reduction(+ : part)
+          for (int k = k0; k < k1; ++k) part += w[k] * xt[k];
+          acc += part * (ws[kb] * xs[size_t(kb) * T + t]);
+        }
+        y[size_t(t) * N + n] = acc + b;
+      }
+    }
+  }
 }
 
 }  // namespace osprey::cpu

@@ -15,6 +15,13 @@ void f32_bf16w_matmul(const float* x, const bf16* W, const bf16* bias, float* y,
 void f32_mxfp4w_matmul(const float* x, const uint8_t* blocks, const uint8_t* scales, const bf16* bias, float* y,
                        int T, int N, int K);
 
+// The FP8 emulation (CPU twin of the Hopper path): W as e4m3 codes [N][K] with one fp32 scale per
+// 128x128 block (scales [N/128 blocks][ws_stride]); each row of x is quantized to e4m3 in 1x128
+// blocks first; then y[t][n] = sum over blocks b of (ws[n/128][b] * xs[t][b]) * sum_{k in b}
+// W[n][k] x[t][k] in fp32, + bias[n]. Any K (the last block may be partial).
+void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_stride, const bf16* bias, float* y,
+                     int T, int N, int K);
+
 // y[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * gain              x, y [T][H], gain [H] BF16
 void f32_bf16w_rmsnorm(const float* x, const bf16* gain, float* y, int T, int H, float eps);
 

@@ -272,7 +272,39 @@ __global__ void argmax_kernel(const float* logits, int32_t* out, int V) {
   if (threadIdx.x == 0) out[r] = si[0];
 }
 
+__global__ void linear_f32_small_kernel(const float* W, const float* x, const bf16* bias, float* y, int T, int N, int K) {
+  const int w = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (w >= T * N) return;
+  const int t = w / N, n = w % N;
+  float acc = 0;
+  for (int k = lane; k < K; k += 32) acc += W[size_t(n) * K + k] * x[size_t(t) * K + k];
+  acc = warp_sum(acc);
+  if (lane == 0) y[size_t(t) * N + n] = acc + (bias ? __bfloat162float(bias[n]) : 0.0f);
+}
+
+__global__ void fill_random_bf16_kernel(bf16* dst, size_t n, uint64_t seed, float amp) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    dst[i] = __float2bfloat16(amp * (float(z >> 40) * (2.0f / 16777216.0f) - 1.0f));
+  }
+}
+
 }  // namespace
+
+void linear_f32_small(const float* W, const float* x, const bf16* bias, float* y, int T, int N, int K, cudaStream_t s) {
+  if (T == 0) return;
+  linear_f32_small_kernel<<<unsigned((size_t(T) * N * 32 + 255) / 256), 256, 0, s>>>(W, x, bias, y, T, N, K);
+  check_launch();
+}
+
+void fill_random_bf16(bf16* dst, size_t n, uint64_t seed, float amp, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_bf16_kernel<<<4096, 256, 0, s>>>(dst, n, seed, amp);
+  check_launch();
+}
 
 void embedding(const bf16* table, const int32_t* tokens, float* out, int T, int H, cudaStream_t s) {
   embedding_kernel<<<T, kThreads, 0, s>>>(table, tokens, out, H);

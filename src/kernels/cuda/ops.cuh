@@ -56,6 +56,10 @@ void to_f32(const bf16* src, float* dst, size_t n, cudaStream_t s);
 void scatter_add_weighted(float* x, const float* y, const int32_t* rows, const float* w, int n, int H, cudaStream_t s);
 // MXFP4 [rows][cols/32][16] + E8M0 scales [rows][cols/32] -> bf16 [rows][cols] (exact).
 void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, bf16* out, int rows, int cols, cudaStream_t s);
+// y[t][n] = W[n,:] . x[t] + bias[n], all fp32 weights (the router: small N), a warp per output.
+void linear_f32_small(const float* W, const float* x, const bf16* bias, float* y, int T, int N, int K, cudaStream_t s);
+// n bf16 values, uniform in [-amp, amp], from a counter-based hash of (seed, index).
+void fill_random_bf16(bf16* dst, size_t n, uint64_t seed, float amp, cudaStream_t s);
 // out[r] = argmax of logits[r] (lowest index on ties).
 void argmax_rows(const float* logits, int32_t* out, int rows, int V, cudaStream_t s);
 

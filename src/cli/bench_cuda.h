@@ -1,0 +1,18 @@
+// Arguments of `osprey bench --backend cuda` (cmd_bench_cuda.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace osprey::cli {
+
+struct BenchCudaArgs {
+  std::string model, json;
+  std::string prefill_lens = "1024,8192,32768", batches = "1,8,32,64,128", contexts = "8192,32768";
+  int steps = 32, prefill_reps = 2, prefill_chunk = 2048;
+  uint64_t seed = 1;
+  double usd_per_gpu_hour = 3.0, fp8_tflops = 1420.0;  // the FP8 ceiling measured on the H200 (cuBLASLt)
+};
+
+void run_bench_cuda(const BenchCudaArgs& a);
+
+}  // namespace osprey::cli

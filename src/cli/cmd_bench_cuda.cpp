@@ -1,0 +1,177 @@
+// `osprey bench --backend cuda`: the FP8 Hopper path on one GPU. Prefill latency per prompt
+// length; decode tokens/s per (context, batch) with each slot's KV holding `context` positions of
+// random keys and values (a decode step reads the same bytes as after a real prefill); every
+// figure against its ceiling (decode: measured device copy bandwidth; prefill: FP8 tensor rate)
+// and as dollars per million tokens at a nominal price per GPU-hour.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/bench_cuda.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/gpt_oss_cuda_fp8.h"
+
+namespace osprey::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Bytes of FP8 weights (+ scales) in a [rows][cols] matrix.
+double fp8_bytes(double rows, double cols) {
+  return rows * cols + 4.0 * std::ceil(rows / 128) * std::ceil(cols / 128);
+}
+
+struct Shape {
+  double dense_per_layer, expert, unembed, kv_full_per_token, kv_sliding_per_token;
+  int full_layers, sliding_layers;
+};
+
+Shape shape_of(const GptOssConfig& c) {
+  Shape s{};
+  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
+  s.dense_per_layer = fp8_bytes(Q, H) + 2 * fp8_bytes(KV, H) + fp8_bytes(H, Q) + 4.0 * c.num_experts * H;
+  s.expert = fp8_bytes(2 * I, H) + fp8_bytes(H, I) + 2.0 * (3 * I);
+  s.unembed = fp8_bytes(c.vocab, H);
+  for (bool sl : c.layer_is_sliding) (sl ? s.sliding_layers : s.full_layers)++;
+  s.kv_full_per_token = 2.0 * 2 * KV;  // K and V, bf16, per layer
+  return s;
+}
+
+// Bytes a decode step of `b` sequences at context `ctx` must read: dense weights, the experts the
+// batch touches (expected distinct experts for uniform routing), the unembedding, the KV.
+double decode_step_bytes(const GptOssConfig& c, int b, int ctx) {
+  const Shape s = shape_of(c);
+  const double E = c.num_experts, k = c.experts_per_token;
+  const double touched = E * (1.0 - std::pow(1.0 - k / E, b));
+  const double kv = b * s.kv_full_per_token *
+                    (double(s.full_layers) * ctx + double(s.sliding_layers) * std::min(ctx, c.sliding_window));
+  return c.num_layers * (s.dense_per_layer + touched * s.expert) + s.unembed + kv;
+}
+
+// FLOPs of a prefill of n tokens: 2 per weight per token through the active parameters, and the
+// attention's QK and PV products over the keys each query sees.
+double prefill_flops(const GptOssConfig& c, int n) {
+  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
+  const double per_token = Q * H + 2 * KV * H + H * Q + c.experts_per_token * (2 * I * H + H * I) + c.num_experts * H;
+  double keys = 0;
+  for (bool sl : c.layer_is_sliding) {
+    if (!sl) keys += double(n) * (n + 1) / 2;
+    else {
+      const double w = c.sliding_window;
+      keys += n <= w ? double(n) * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
+    }
+  }
+  return 2 * per_token * n + 2 * H * c.vocab + 4.0 * c.num_heads * c.head_dim * keys;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    try {
+      out.push_back(std::stoi(s.substr(i, j - i)));
+    } catch (const std::exception&) {
+      fail("not a comma-separated list of integers: '{}'", s);
+    }
+    if (out.back() <= 0) fail("list entries must be positive: '{}'", s);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void run_bench_cuda(const BenchCudaArgs& a) {
+  const std::vector<int> prefill_lens = parse_list(a.prefill_lens), batches = parse_list(a.batches),
+                         contexts = parse_list(a.contexts);
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const int max_ctx = std::max(*std::max_element(contexts.begin(), contexts.end()) + a.steps + 2,
+                               *std::max_element(prefill_lens.begin(), prefill_lens.end()) + 2);
+  const double bw = GptOssCudaFp8::measure_copy_bandwidth();
+  log_info("device copy bandwidth {:.0f} GB/s (read + write)", bw / 1e9);
+  auto t0 = clock_type::now();
+  GptOssWeights w = GptOssWeights::load(a.model);
+  GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .prefill_chunk = a.prefill_chunk,
+                          .graphs = true, .kv_pages = -1});
+  const double load_s = seconds_since(t0);
+  const GptOssConfig& c = w.config;
+  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU, {} KV pages", load_s, model.weight_bytes() / 1e9,
+           model.free_kv_pages());
+  const double usd_per_s = a.usd_per_gpu_hour / 3600.0;
+  std::mt19937_64 rng(a.seed);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = int32_t(rng() % uint64_t(std::min(c.vocab, 199998)));
+    return t;
+  };
+  nlohmann::json out = {{"model", a.model},
+                        {"weights_gb", model.weight_bytes() / 1e9},
+                        {"load_seconds", load_s},
+                        {"copy_bandwidth_gbs", bw / 1e9},
+                        {"fp8_tflops_ceiling", a.fp8_tflops},
+                        {"usd_per_gpu_hour", a.usd_per_gpu_hour}};
+  fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|\n");
+  for (int n : prefill_lens) {
+    std::vector<int32_t> prompt = random_tokens(n);
+    double best = 1e30;
+    for (int rep = 0; rep < a.prefill_reps; ++rep) {
+      model.release(0);
+      auto t = clock_type::now();
+      model.prefill_argmax(0, prompt);
+      best = std::min(best, seconds_since(t));
+    }
+    model.release(0);
+    const double flops = prefill_flops(c, n), tflops = flops / best / 1e12;
+    const double usd = usd_per_s * best / n * 1e6;
+    out["prefill"].push_back({{"tokens", n}, {"seconds", best}, {"tokens_per_s", n / best}, {"tflops", tflops},
+                              {"fraction_of_ceiling", tflops / a.fp8_tflops}, {"usd_per_million_input", usd}});
+    fmt::print("| {} | {:.1f} | {:.0f} | {:.1f} | {:.3f} | {:.4f} |\n", n, best * 1e3, n / best, tflops,
+               tflops / a.fp8_tflops, usd);
+  }
+  fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
+  fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int ctx : contexts)
+    for (int b : batches) {
+      nlohmann::json row = {{"context", ctx}, {"batch", b}};
+      try {
+        std::vector<int32_t> slots(b), toks = random_tokens(b);
+        for (int i = 0; i < b; ++i) slots[i] = i, model.fill_random(i, ctx);
+        std::vector<int32_t> next = model.decode_argmax(slots, toks);  // warm-up: captures the bucket's graph
+        model.synchronize();
+        auto t = clock_type::now();
+        for (int s = 0; s < a.steps; ++s) next = model.decode_argmax(slots, next);
+        const double step = seconds_since(t) / a.steps;
+        const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2);
+        const double usd = usd_per_s / tps * 1e6;
+        row.update({{"step_seconds", step}, {"tokens_per_s", tps}, {"bytes_per_step", bytes},
+                    {"gb_per_s", bytes / step / 1e9}, {"fraction_of_bandwidth", bytes / step / bw},
+                    {"usd_per_million_output", usd}});
+        fmt::print("| {} | {} | {:.2f} | {:.0f} | {:.0f} | {:.3f} | {:.4f} |\n", ctx, b, step * 1e3, tps,
+                   bytes / step / 1e9, bytes / step / bw, usd);
+      } catch (const std::exception& e) {
+        row["error"] = e.what();
+        fmt::print("| {} | {} | — | does not fit: {} | | | |\n", ctx, b, e.what());
+      }
+      for (int i = 0; i < b; ++i) model.release(i);
+      out["decode"].push_back(row);
+    }
+  if (!a.json.empty()) {
+    std::FILE* f = std::fopen(a.json.c_str(), "w");
+    if (!f) fail("cannot write {}", a.json);
+    std::fputs(out.dump(2).c_str(), f);
+    std::fclose(f);
+  }
+}
+
+}  // namespace osprey::cli

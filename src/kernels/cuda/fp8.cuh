@@ -1,0 +1,52 @@
+// The FP8 path's kernels: 128x128 block quantization of weights (the converter at load), 1x128
+// quantization of activations, the skinny FP8 GEMM (tensor-core mma.sync e4m3, used for decode
+// steps and every GEMM with few rows, dense or grouped by expert), MoE routing/sorting and the
+// combine. Formats and the CPU twins are in formats/fp8.h and kernels/cpu/ops.h.
+#pragma once
+#include "kernels/cuda/ops.cuh"
+
+namespace osprey::cuda {
+
+// Weights -> e4m3 codes [rows][cols] and scales [.][s_stride] (formats/fp8.h), bit-identical to fp8::quantize_row_blocks.
+void quantize_bf16_block128(const bf16* w, int rows, int cols, uint8_t* q, float* s, int s_stride, cudaStream_t st);
+// MXFP4 [rows][cols/32][16] + E8M0 [rows][cols/32], decoded exactly, then as above.
+void quantize_mxfp4_block128(const uint8_t* blocks, const uint8_t* e8m0, int rows, int cols, uint8_t* q, float* s,
+                             int s_stride, cudaStream_t st);
+
+// Row-segment layout of activation scales. Segment e holds rows [seg[e], seg[e+1]); its scales
+// are [KB][len_e] at offset KB * seg[e] (token-contiguous, what cuBLASLt's VEC128_32F reads for a
+// matrix of len_e rows). A single dense matrix is one segment {0, ld}.
+struct ActSegments {
+  const int32_t* seg = nullptr;  // device [n + 1]; null: one dense matrix of `rows` rows, scales [KB][ld]
+  int n = 1, rows = 0, ld = 0;
+};
+
+// Activations x [.][K] fp32 -> codes q [rows][K] and scales (1x128 blocks). Row r reads x row
+// in_rows[r] (null: r); in_rows[r] < 0 gives a zero row with scale 1 (padding).
+void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActSegments seg,
+                        cudaStream_t st);
+
+// Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
+// segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].
+// W [E][N][K] codes, ws [E][round4(N/128)][ws_stride], bias [E][N] bf16 or null; x codes [rows][K]
+// with scales in `seg` layout; y rows y_ld apart. K % 64 == 0. rows_per_seg_max bounds a segment's
+// rows (picks the tile width); every row of every segment is computed. Grouped: `rows` bounds seg[n].
+void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
+                     const float* xs, ActSegments seg, float* y, int y_ld, bool accumulate, int N, int K,
+                     int rows_per_seg_max, cudaStream_t st);
+
+// MoE routing, sorted by expert with every expert's run padded to a multiple of 4 rows:
+// idx [T][k] -> seg [E+1] (padded offsets), row_token [T*k + 4E] (token of each sorted row, -1 for
+// padding), pair_row [T][k] (the sorted row of each (token, choice)). One block; no host sync.
+void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,
+              cudaStream_t st);
+inline int moe_rows_max(int T, int k, int E) { return T * k + 4 * E; }
+
+// t [rows][2I] (+ bias b1 of the row's expert when b1 != null) -> clamped SwiGLU a [rows][I] fp32.
+void moe_bias_swiglu(const float* t, const bf16* b1, ActSegments seg, float* a, int rows, int I, float alpha,
+                     float limit, cudaStream_t st);
+// x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]])   (b2 [E][H] or null)
+void moe_combine_sorted(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
+                        const bf16* b2, int T, int k, int H, cudaStream_t st);
+
+}  // namespace osprey::cuda

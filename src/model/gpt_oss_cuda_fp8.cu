@@ -1,0 +1,553 @@
+#include "model/gpt_oss_cuda_fp8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/progress.h"
+#include "formats/fp8.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/gemm_fp8.cuh"
+#include "kernels/cuda/paged_attention.cuh"
+
+namespace osprey {
+
+namespace {
+
+template <typename T>
+struct Dev {  // a device allocation (RAII, move-only)
+  T* ptr = nullptr;
+  size_t n = 0;
+  Dev() = default;
+  explicit Dev(size_t count) : n(count) {
+    if (count) OSPREY_CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(T)));
+  }
+  ~Dev() {
+    if (ptr) cudaFree(ptr);
+  }
+  Dev(Dev&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
+  Dev& operator=(Dev&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(n, o.n);
+    return *this;
+  }
+};
+
+template <typename T>
+Dev<T> upload(const T* host, size_t n) {
+  Dev<T> d(n);
+  OSPREY_CUDA_CHECK(cudaMemcpy(d.ptr, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+Dev<cuda::bf16> upload_bf16(const bf16* host, size_t n) {
+  Dev<cuda::bf16> d(n);
+  OSPREY_CUDA_CHECK(cudaMemcpy(d.ptr, host, n * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// An FP8 weight on the device: codes [count][rows][cols], scales [count][round4(rows/128)][stride].
+struct Fp8Weight {
+  Dev<uint8_t> q;
+  Dev<float> s;
+  int count = 1, rows = 0, cols = 0;
+  int stride() const { return fp8::round4(fp8::blocks(cols)); }
+  size_t scales_per() const { return size_t(fp8::round4(fp8::blocks(rows))) * stride(); }
+  const uint8_t* data(int e = 0) const { return q.ptr + size_t(e) * rows * cols; }
+  const float* scale(int e = 0) const { return s.ptr + size_t(e) * scales_per(); }
+  void allocate(int n, int r, int c) {
+    count = n, rows = r, cols = c;
+    q = Dev<uint8_t>(size_t(n) * r * c);
+    s = Dev<float>(size_t(n) * scales_per());
+    std::vector<float> ones(s.n, 1.0f);  // padding entries read by cuBLASLt
+    OSPREY_CUDA_CHECK(cudaMemcpy(s.ptr, ones.data(), s.n * 4, cudaMemcpyHostToDevice));
+  }
+};
+
+struct Layer {
+  bool sliding = false;
+  Fp8Weight q, k, v, o, mlp1, mlp2;
+  Dev<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
+  Dev<float> router;  // [E][H] fp32 (routing as on the CPU)
+};
+
+// Activation rows quantized for one GEMM: codes [rows][K] and scales.
+struct ActBuf {
+  Dev<uint8_t> q;
+  Dev<float> s;
+  void reserve(size_t rows, int K) {
+    if (q.n < rows * K) q = Dev<uint8_t>(rows * K);
+    const size_t ns = rows * size_t(fp8::blocks(K)) + 64;
+    if (s.n < ns) s = Dev<float>(ns);
+  }
+};
+
+
+}  // namespace
+
+struct GptOssCudaFp8::Impl {
+  const GptOssConfig cfg;
+  const Options opt;
+  cudaStream_t stream{};
+  std::unique_ptr<cuda::BlockFp8Gemm> lt;
+  Dev<cuda::bf16> embed, final_norm;
+  Fp8Weight unembed;
+  std::vector<Layer> layers;
+  Dev<float> inv_freq;
+  float concentration = 1.0f;
+  double weight_bytes = 0;
+
+  // KV cache. Slot `opt.slots` is a dummy that absorbs the padding rows of a decode bucket.
+  int max_pages = 0, ring = 0, total_pages = 0;
+  std::vector<Dev<cuda::bf16>> kpool, vpool;  // per layer
+  Dev<int32_t> page_table;                     // [slots + 1][max_pages]
+  std::vector<int32_t> page_table_host;
+  std::vector<int32_t> free_pages;
+  std::vector<std::vector<int32_t>> slot_pages;
+  std::vector<int> len;
+  bool pools_randomized = false;
+
+  // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
+  int rows_max = 0, bucket_max = 0;
+  Dev<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id;
+  Dev<float> x, h, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
+  ActBuf act_h, act_attn, act_moe, act_a;
+  std::map<int, cudaGraphExec_t> graphs;
+
+  cuda::KvLayerView view(int l) {
+    cuda::KvLayerView L;
+    L.k = kpool[l].ptr, L.v = vpool[l].ptr;
+    L.kv_heads = cfg.num_kv_heads, L.d = cfg.head_dim;
+    if (layers[l].sliding) L.ring = ring;
+    else L.page_table = page_table.ptr, L.max_pages = max_pages;
+    return L;
+  }
+
+  void convert_dense(Fp8Weight& dst, const Bf16Matrix& src, Dev<cuda::bf16>& staging) {
+    dst.allocate(1, src.rows, src.cols);
+    const size_t n = size_t(src.rows) * src.cols;
+    if (staging.n < n) staging = Dev<cuda::bf16>(n);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr, src.w, n * 2, cudaMemcpyHostToDevice, stream));
+    cuda::quantize_bf16_block128(staging.ptr, src.rows, src.cols, dst.q.ptr, dst.s.ptr, dst.stride(), stream);
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
+  }
+  void convert_experts(Fp8Weight& dst, const Mxfp4Experts& src, Dev<uint8_t>& blocks, Dev<uint8_t>& scales) {
+    dst.allocate(src.experts, src.rows, src.cols);
+    const size_t nb = size_t(src.experts) * src.rows * src.cols / 2, ns = nb / 16;
+    if (blocks.n < nb) blocks = Dev<uint8_t>(nb);
+    if (scales.n < ns) scales = Dev<uint8_t>(ns);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(blocks.ptr, src.blocks, nb, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(scales.ptr, src.scales, ns, cudaMemcpyHostToDevice, stream));
+    const size_t per_b = nb / src.experts, per_s = ns / src.experts;
+    for (int e = 0; e < src.experts; ++e)
+      cuda::quantize_mxfp4_block128(blocks.ptr + e * per_b, scales.ptr + e * per_s, src.rows, src.cols,
+                                    dst.q.ptr + size_t(e) * src.rows * src.cols, dst.s.ptr + e * dst.scales_per(),
+                                    dst.stride(), stream);
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
+  }
+
+  Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
+    if (opt.slots < 1 || opt.max_context < 1 || opt.prefill_chunk < 1) fail_plain("GptOssCudaFp8: bad options");
+    if (cfg.hidden % 64 || cfg.q_dim() % 64 || cfg.intermediate % 64)
+      fail_plain("the FP8 CUDA path needs hidden, heads*head_dim and intermediate sizes that are multiples of 64");
+    OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    lt = std::make_unique<cuda::BlockFp8Gemm>(stream);
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
+    uint64_t total = 0;
+    for (auto& n : w.store.names()) total += w.store.get(n).nbytes;
+    Progress progress("loading weights to the GPU as fp8", total);
+    Dev<cuda::bf16> staging;
+    Dev<uint8_t> blocks, scales;
+    embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
+    final_norm = upload_bf16(w.final_norm, H);
+    convert_dense(unembed, w.unembed, staging);
+    weight_bytes += 2.0 * cfg.vocab * H;
+    progress.advance(size_t(cfg.vocab) * H * 4);
+    for (const GptOssLayerWeights& L : w.layers) {
+      Layer d;
+      d.sliding = L.sliding;
+      d.attn_norm = upload_bf16(L.attn_norm, H);
+      d.q_bias = upload_bf16(L.q_bias, Q);
+      d.k_bias = upload_bf16(L.k_bias, KV);
+      d.v_bias = upload_bf16(L.v_bias, KV);
+      d.o_bias = upload_bf16(L.o_bias, H);
+      d.sinks = upload_bf16(L.sinks, cfg.num_heads);
+      d.mlp_norm = upload_bf16(L.mlp_norm, H);
+      d.router_bias = upload_bf16(L.router_bias, E);
+      d.b1 = upload_bf16(L.mlp1.bias, size_t(E) * 2 * I);
+      d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
+      std::vector<float> r(size_t(E) * H);
+      for (size_t i = 0; i < r.size(); ++i) r[i] = bf16_to_f32(L.router.w[i]);
+      d.router = upload(r.data(), r.size());
+      convert_dense(d.q, L.q, staging);
+      convert_dense(d.k, L.k, staging);
+      convert_dense(d.v, L.v, staging);
+      convert_dense(d.o, L.o, staging);
+      convert_experts(d.mlp1, L.mlp1, blocks, scales);
+      convert_experts(d.mlp2, L.mlp2, blocks, scales);
+      weight_bytes += 4.0 * E * H + 2.0 * (E * 3 * I + E * H);
+      progress.advance(size_t(2 * I) * H / 2 * E + size_t(H) * I / 2 * E + (size_t(2) * Q * H + 2ull * KV * H) * 2);
+      layers.push_back(std::move(d));
+    }
+    progress.finish();
+    cpu::RopeTable rope = cpu::make_rope_table({.head_dim = cfg.head_dim, .theta = cfg.rope_theta, .factor = cfg.rope_factor,
+                                                .beta_fast = cfg.rope_beta_fast, .beta_slow = cfg.rope_beta_slow,
+                                                .original_max_pos = cfg.rope_original_max_pos, .yarn = cfg.rope_yarn,
+                                                .truncate = cfg.rope_truncate});
+    inv_freq = upload(rope.inv_freq.data(), rope.inv_freq.size());
+    concentration = rope.concentration;
+
+    // Scratch for the larger of a prefill chunk and the largest decode bucket.
+    bucket_max = 1;
+    while (bucket_max < opt.slots) bucket_max *= 2;
+    rows_max = std::max(opt.prefill_chunk, bucket_max);
+    const int R = rows_max, P = cuda::moe_rows_max(R, cfg.experts_per_token, E);
+    const int R4 = fp8::round4(R);
+    d_tok = Dev<int32_t>(R), d_slot = Dev<int32_t>(R), d_pos = Dev<int32_t>(R), d_out_id = Dev<int32_t>(R);
+    d_idx = Dev<int32_t>(size_t(R) * cfg.experts_per_token), d_seg = Dev<int32_t>(E + 1);
+    d_row_token = Dev<int32_t>(P), d_pair_row = Dev<int32_t>(size_t(R) * cfg.experts_per_token);
+    x = Dev<float>(size_t(R4) * H), h = Dev<float>(size_t(R4) * H), q = Dev<float>(size_t(R4) * Q);
+    k = Dev<float>(size_t(R4) * KV), v = Dev<float>(size_t(R4) * KV), attn = Dev<float>(size_t(R4) * Q);
+    rlogits = Dev<float>(size_t(R) * E), rw = Dev<float>(size_t(R) * cfg.experts_per_token);
+    t1 = Dev<float>(size_t(P) * 2 * I), a = Dev<float>(size_t(P) * I), y = Dev<float>(size_t(P) * H);
+    logits = Dev<float>(size_t(bucket_max) * cfg.vocab);
+    split_scratch = Dev<float>(size_t(bucket_max) * cfg.num_heads * decode_splits() * (cfg.head_dim + 2));
+    act_h.reserve(R4, H), act_attn.reserve(R4, Q), act_moe.reserve(P, H), act_a.reserve(P, I);
+    // KV cache: pages for full layers, rings for sliding ones; one extra (dummy) slot.
+    max_pages = (opt.max_context + cuda::kPage - 1) / cuda::kPage;
+    ring = std::min(opt.max_context, cfg.sliding_window + opt.prefill_chunk);
+    const size_t row = size_t(KV);
+    int full_layers = 0;
+    for (const Layer& L : layers) full_layers += !L.sliding;
+    const size_t page_bytes = size_t(cuda::kPage) * row * 2 * 2;  // K and V, bf16
+    for (int l = 0; l < cfg.num_layers; ++l)
+      if (layers[l].sliding) {
+        kpool.emplace_back(size_t(opt.slots + 1) * ring * row);
+        vpool.emplace_back(size_t(opt.slots + 1) * ring * row);
+      } else {
+        kpool.emplace_back(), vpool.emplace_back();
+      }
+    if (opt.kv_pages > 0) total_pages = int(opt.kv_pages) + 1;
+    else if (opt.kv_pages == 0) total_pages = opt.slots * max_pages + 1;
+    else {
+      size_t free_b = 0, total_b = 0;
+      OSPREY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      const size_t reserve = size_t(3) << 30;
+      const size_t per_page = page_bytes * std::max(1, full_layers);
+      total_pages = int(std::min<size_t>(free_b > reserve ? (free_b - reserve) / per_page : 1,
+                                         size_t(opt.slots) * max_pages + 1));
+      if (total_pages < 2) fail_plain("no GPU memory left for the KV cache");
+    }
+    for (int l = 0; l < cfg.num_layers; ++l)
+      if (!layers[l].sliding) {
+        kpool[l] = Dev<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
+        vpool[l] = Dev<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
+      }
+    page_table_host.assign(size_t(opt.slots + 1) * max_pages, 0);
+    page_table = upload(page_table_host.data(), page_table_host.size());
+    for (int p = total_pages - 1; p >= 1; --p) free_pages.push_back(p);
+    slot_pages.resize(opt.slots);
+    len.assign(opt.slots, 0);
+    OSPREY_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 4));
+  }
+
+  ~Impl() {
+    cudaStreamSynchronize(stream);
+    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    cudaStreamDestroy(stream);
+  }
+
+  int decode_splits() const { return std::clamp(opt.max_context / 1024, 1, 32); }
+
+  void ensure_pages(int slot, int n_positions) {
+    if (n_positions > opt.max_context)
+      fail_plain("sequence would hold " + std::to_string(n_positions) + " positions; the KV cache holds " +
+                 std::to_string(opt.max_context) + " per sequence");
+    auto& pages = slot_pages[slot];
+    while (int(pages.size()) * cuda::kPage < n_positions) {
+      if (free_pages.empty()) fail_plain("KV cache out of pages");
+      const int p = free_pages.back();
+      free_pages.pop_back();
+      const size_t at = size_t(slot) * max_pages + pages.size();
+      pages.push_back(p);
+      page_table_host[at] = p;
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(page_table.ptr + at, &page_table_host[at], 4, cudaMemcpyHostToDevice, stream));
+    }
+  }
+
+  void release(int slot) {
+    for (int p : slot_pages[slot]) free_pages.push_back(p);
+    slot_pages[slot].clear();
+    len[slot] = 0;
+  }
+
+  // Dense GEMM y [T][N] (+)= x . W^T + bias, activations already quantized in `act` (ld = round4(T)).
+  // cuBLASLt serves prefill chunks of 64+ rows; decode steps (graph-captured) use the skinny kernel.
+  bool use_lt = false;
+  void dense(const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T, bool accumulate,
+             float* tmp) {
+    const int N = W.rows, K = W.cols;
+    if (use_lt && T >= 64) {
+      lt->run(W.data(), W.scale(), act.q.ptr, act.s.ptr, accumulate ? tmp : out, fp8::round4(T), N, K);
+      if (accumulate) {
+        cuda::add_bias(tmp, bias, T, N, stream);
+        cuda::add_inplace(out, tmp, size_t(T) * N, stream);
+      } else {
+        cuda::add_bias(out, bias, T, N, stream);
+      }
+      return;
+    }
+    cuda::ActSegments sg{nullptr, 1, T, fp8::round4(T)};
+    cuda::fp8_gemm_skinny(W.data(), W.scale(), W.stride(), bias, act.q.ptr, act.s.ptr, sg, out, N, accumulate, N, K, T,
+                          stream);
+  }
+  void quantize_dense(const float* src, ActBuf& act, int T, int K) {
+    cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActSegments{nullptr, 1, T, fp8::round4(T)},
+                             stream);
+  }
+
+  // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x.
+  // grouped_lt: run the experts through cuBLASLt (needs one host sync per layer; prefill only).
+  void layers_forward(int T, bool grouped_lt, int attn_splits) {
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
+    const int Kx = cfg.experts_per_token;
+    const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
+    const int P = cuda::moe_rows_max(T, Kx, E);
+    cuda::embedding(embed.ptr, d_tok.ptr, x.ptr, T, H, stream);
+    std::vector<int32_t> seg_host(E + 1);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      Layer& L = layers[l];
+      cuda::rmsnorm_to_f32(x.ptr, L.attn_norm.ptr, h.ptr, T, H, eps, stream);
+      quantize_dense(h.ptr, act_h, T, H);
+      dense(L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
+      dense(L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
+      dense(L.v, L.v_bias.ptr, act_h, v.ptr, T, false, nullptr);
+      cuda::rope(q.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.head_dim, stream);
+      cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_kv_heads, cfg.head_dim, stream);
+      const cuda::KvLayerView kv = view(l);
+      cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
+      cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, T, cfg.num_heads,
+                            L.sliding ? cfg.sliding_window : 0, scale, L.sliding ? 1 : attn_splits,
+                            split_scratch.ptr, stream);
+      quantize_dense(attn.ptr, act_attn, T, Q);
+      dense(L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
+      // MoE.
+      cuda::rmsnorm_to_f32(x.ptr, L.mlp_norm.ptr, h.ptr, T, H, eps, stream);
+      cuda::linear_f32_small(L.router.ptr, h.ptr, L.router_bias.ptr, rlogits.ptr, T, E, H, stream);
+      cuda::topk_softmax(rlogits.ptr, d_idx.ptr, rw.ptr, T, E, Kx, stream);
+      cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, stream);
+      const cuda::ActSegments sg{d_seg.ptr, E, P, 0};
+      cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
+      if (grouped_lt) {
+        OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
+        OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
+        auto each_expert = [&](auto&& fn) {
+          for (int e = 0; e < E; ++e)
+            if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
+        };
+        each_expert([&](int e, int r0, int n) {
+          lt->run(L.mlp1.data(e), L.mlp1.scale(e), act_moe.q.ptr + size_t(r0) * H, act_moe.s.ptr + size_t(KBh) * r0,
+                  t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
+        });
+        cuda::moe_bias_swiglu(t1.ptr, L.b1.ptr, sg, a.ptr, seg_host[E], I, float(cfg.swiglu_alpha),
+                              float(cfg.swiglu_limit), stream);
+        cuda::quantize_act_1x128(a.ptr, nullptr, seg_host[E], I, act_a.q.ptr, act_a.s.ptr, sg, stream);
+        each_expert([&](int e, int r0, int n) {
+          lt->run(L.mlp2.data(e), L.mlp2.scale(e), act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0,
+                  y.ptr + size_t(r0) * H, n, H, I);
+        });
+        cuda::moe_combine_sorted(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, L.b2.ptr, T, Kx, H, stream);
+      } else {
+        const int per_expert = fp8::round4(T);  // an expert sees each token at most once
+        cuda::fp8_gemm_skinny(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_moe.q.ptr, act_moe.s.ptr,
+                              sg, t1.ptr, 2 * I, false, 2 * I, H, per_expert, stream);
+        cuda::moe_bias_swiglu(t1.ptr, nullptr, sg, a.ptr, P, I, float(cfg.swiglu_alpha), float(cfg.swiglu_limit),
+                              stream);
+        cuda::quantize_act_1x128(a.ptr, nullptr, P, I, act_a.q.ptr, act_a.s.ptr, sg, stream);
+        cuda::fp8_gemm_skinny(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr, act_a.s.ptr, sg,
+                              y.ptr, H, false, H, I, per_expert, stream);
+        cuda::moe_combine_sorted(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, nullptr, T, Kx, H, stream);
+      }
+    }
+  }
+
+  // Final norm + unembedding of rows [first, T) of x into `out` [T - first][vocab].
+  void unembed_rows(int first, int T, float* out) {
+    const int H = cfg.hidden, n = T - first;
+    cuda::rmsnorm_to_f32(x.ptr + size_t(first) * H, final_norm.ptr, h.ptr, n, H, float(cfg.rms_norm_eps), stream);
+    quantize_dense(h.ptr, act_h, n, H);
+    dense(unembed, nullptr, act_h, out, n, false, nullptr);
+  }
+
+  void set_rows(const int32_t* tok, const int32_t* slot, const int32_t* pos, int T) {
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_tok.ptr, tok, T * 4, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_slot.ptr, slot, T * 4, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_pos.ptr, pos, T * 4, cudaMemcpyHostToDevice, stream));
+  }
+
+  void check_slot(int slot) const {
+    if (slot < 0 || slot >= opt.slots) fail_plain("slot " + std::to_string(slot) + " out of range");
+  }
+  void check_tokens(std::span<const int32_t> tokens) const {
+    for (int32_t t : tokens)
+      if (t < 0 || t >= cfg.vocab)
+        fail_plain("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
+  }
+
+  // Prefill in chunks; returns the device logits pointer of the last chunk's requested rows.
+  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int32_t* argmax_out) {
+    check_slot(slot);
+    check_tokens(tokens);
+    if (tokens.empty()) fail_plain("prefill: no tokens");
+    ensure_pages(slot, len[slot] + int(tokens.size()));
+    std::vector<float> out;
+    Dev<float> all;
+    if (all_logits) out.resize(tokens.size() * size_t(cfg.vocab));
+    for (size_t i0 = 0; i0 < tokens.size(); i0 += opt.prefill_chunk) {
+      const int T = int(std::min(tokens.size() - i0, size_t(opt.prefill_chunk)));
+      std::vector<int32_t> slots(T, slot), pos(T);
+      for (int i = 0; i < T; ++i) pos[i] = len[slot] + i;
+      set_rows(tokens.data() + i0, slots.data(), pos.data(), T);
+      const bool lt_moe = T * cfg.experts_per_token >= 16 * cfg.num_experts;
+      use_lt = true;
+      layers_forward(T, lt_moe, 1);
+      len[slot] += T;
+      const bool last = i0 + T == tokens.size();
+      if (all_logits) {
+        if (all.n < size_t(T) * cfg.vocab) all = Dev<float>(size_t(T) * cfg.vocab);
+        unembed_rows(0, T, all.ptr);
+        OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data() + i0 * cfg.vocab, all.ptr, size_t(T) * cfg.vocab * 4,
+                                          cudaMemcpyDeviceToHost, stream));
+      } else if (last) {
+        unembed_rows(T - 1, T, logits.ptr);
+        if (argmax_out) {
+          cuda::argmax_rows(logits.ptr, d_out_id.ptr, 1, cfg.vocab, stream);
+          OSPREY_CUDA_CHECK(cudaMemcpyAsync(argmax_out, d_out_id.ptr, 4, cudaMemcpyDeviceToHost, stream));
+        } else {
+          out.resize(cfg.vocab);
+          OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits.ptr, size_t(cfg.vocab) * 4, cudaMemcpyDeviceToHost, stream));
+        }
+      }
+    }
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return out;
+  }
+
+  // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body).
+  void decode_body(int b) {
+    use_lt = false;
+    layers_forward(b, /*grouped_lt=*/false, decode_splits());
+    unembed_rows(0, b, logits.ptr);
+    cuda::argmax_rows(logits.ptr, d_out_id.ptr, b, cfg.vocab, stream);
+  }
+
+  std::vector<int32_t> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
+    const int B = int(slots.size());
+    if (B == 0 || B != int(tokens.size())) fail_plain("decode: one token per slot");
+    check_tokens(tokens);
+    int b = 1;
+    while (b < B) b *= 2;
+    if (b > bucket_max) fail_plain("decode: batch " + std::to_string(B) + " exceeds the slots");
+    std::vector<int32_t> tok(b, 0), sl(b, opt.slots), pos(b, 0);  // padding rows: the dummy slot, position 0
+    for (int i = 0; i < B; ++i) {
+      check_slot(slots[i]);
+      for (int j = 0; j < i; ++j)
+        if (slots[j] == slots[i]) fail_plain("decode: slot " + std::to_string(slots[i]) + " appears twice");
+      ensure_pages(slots[i], len[slots[i]] + 1);
+      tok[i] = tokens[i], sl[i] = slots[i], pos[i] = len[slots[i]];
+    }
+    set_rows(tok.data(), sl.data(), pos.data(), b);
+    if (opt.graphs) {
+      auto it = graphs.find(b);
+      if (it == graphs.end()) {
+        cudaGraph_t g;
+        OSPREY_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        decode_body(b);
+        OSPREY_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+        cudaGraphExec_t exec;
+        OSPREY_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        OSPREY_CUDA_CHECK(cudaGraphDestroy(g));
+        it = graphs.emplace(b, exec).first;
+      }
+      OSPREY_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+    } else {
+      decode_body(b);
+    }
+    std::vector<int32_t> out(b);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, b * 4, cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < B; ++i) ++len[slots[i]];
+    out.resize(B);
+    return out;
+  }
+
+  void fill_random(int slot, int n) {
+    check_slot(slot);
+    if (!pools_randomized) {
+      for (int l = 0; l < cfg.num_layers; ++l) {
+        cuda::fill_random_bf16(kpool[l].ptr, kpool[l].n, 1000 + 2 * l, 1.0f, stream);
+        cuda::fill_random_bf16(vpool[l].ptr, vpool[l].n, 1001 + 2 * l, 1.0f, stream);
+      }
+      pools_randomized = true;
+    }
+    release(slot);
+    ensure_pages(slot, n);
+    len[slot] = n;
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+};
+
+GptOssCudaFp8::GptOssCudaFp8(const GptOssWeights& w, const Options& opt) : impl_(std::make_unique<Impl>(w, opt)) {}
+GptOssCudaFp8::~GptOssCudaFp8() = default;
+const GptOssConfig& GptOssCudaFp8::config() const { return impl_->cfg; }
+const GptOssCudaFp8::Options& GptOssCudaFp8::options() const { return impl_->opt; }
+int GptOssCudaFp8::length(int slot) const {
+  impl_->check_slot(slot);
+  return impl_->len[slot];
+}
+void GptOssCudaFp8::release(int slot) {
+  impl_->check_slot(slot);
+  impl_->release(slot);
+}
+std::vector<float> GptOssCudaFp8::prefill(int slot, std::span<const int32_t> tokens, bool all_logits) {
+  return impl_->prefill(slot, tokens, all_logits, nullptr);
+}
+int32_t GptOssCudaFp8::prefill_argmax(int slot, std::span<const int32_t> tokens) {
+  int32_t id = -1;
+  impl_->prefill(slot, tokens, false, &id);
+  return id;
+}
+std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
+  return impl_->decode(slots, tokens);
+}
+void GptOssCudaFp8::fill_random(int slot, int n) { impl_->fill_random(slot, n); }
+void GptOssCudaFp8::synchronize() { OSPREY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+double GptOssCudaFp8::weight_bytes() const { return impl_->weight_bytes; }
+int64_t GptOssCudaFp8::free_kv_pages() const { return int64_t(impl_->free_pages.size()); }
+
+double GptOssCudaFp8::measure_copy_bandwidth() {
+  const size_t n = size_t(2) << 30;
+  Dev<uint8_t> a(n), b(n);
+  OSPREY_CUDA_CHECK(cudaMemset(a.ptr, 1, n));
+  cudaEvent_t e0, e1;
+  OSPREY_CUDA_CHECK(cudaEventCreate(&e0));
+  OSPREY_CUDA_CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int i = 0; i < 6; ++i) {
+    OSPREY_CUDA_CHECK(cudaEventRecord(e0));
+    OSPREY_CUDA_CHECK(cudaMemcpy(b.ptr, a.ptr, n, cudaMemcpyDeviceToDevice));
+    OSPREY_CUDA_CHECK(cudaEventRecord(e1));
+    OSPREY_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    OSPREY_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * n / (best / 1e3);
+}
+
+}  // namespace osprey

@@ -1,0 +1,53 @@
+// The Hopper path: gpt-oss on one GPU with FP8 e4m3 128x128 block-scaled weights (converted on
+// the GPU at load, bit-identical to model/gpt_oss_fp8.h), activations quantized in 1x128 blocks,
+// a paged BF16 KV cache shared by `slots` sequences, prefill in chunks (cuBLASLt block-scaled
+// GEMMs for long chunks, the skinny tensor-core kernel otherwise) and batched decode steps that
+// run as one CUDA graph per batch-size bucket. Plain C++ interface (no CUDA types).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/gpt_oss_weights.h"
+
+namespace osprey {
+
+class GptOssCudaFp8 {
+ public:
+  struct Options {
+    int slots = 1;              // sequences held at once (decode batch up to this)
+    int max_context = 4096;     // positions per sequence
+    int prefill_chunk = 2048;   // tokens per prefill step (also sizes the sliding-window rings)
+    bool graphs = true;         // decode steps as CUDA graphs
+    int64_t kv_pages = 0;       // pages of 64 positions for the full-attention layers: 0 = slots x
+                                // max_context; -1 = as many as fit in the free GPU memory (less 3 GiB)
+  };
+  GptOssCudaFp8(const GptOssWeights& w, const Options& opt);
+  ~GptOssCudaFp8();
+
+  const GptOssConfig& config() const;
+  const Options& options() const;
+  int length(int slot) const;
+  void release(int slot);  // frees the slot's KV pages; its length becomes 0
+
+  // Appends tokens to the slot; logits [T][vocab] (all_logits) or [1][vocab] of the last token.
+  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits);
+  int32_t prefill_argmax(int slot, std::span<const int32_t> tokens);
+  // One token for each listed slot (distinct): appends it and returns the greedy next ids.
+  std::vector<int32_t> decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens);
+  // Benchmarks: the slot holds n positions of random keys and values, as after a prefill of n
+  // tokens (a decode step reads exactly the same bytes).
+  void fill_random(int slot, int n);
+  void synchronize();
+  double weight_bytes() const;  // bytes of weights on the device
+  int64_t free_kv_pages() const;
+  // Device-to-device copy bandwidth (bytes read + written per second), the decode ceiling.
+  static double measure_copy_bandwidth();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace osprey

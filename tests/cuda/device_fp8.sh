@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the FP8 Hopper path: kernel tests (and compute-sanitizer on
+# them), correctness of `--backend cuda` (fp8, and bf16 for comparison) against the CPU engine's
+# fp32 and its fp8 emulation on synthetic checkpoints, then `bench --backend cuda` on the 20b
+# shape. Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT.
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
+B=$PWD/build/osprey
+T=$PWD/build/tests/osprey_cuda_tests
+M=${MODELS:-/root/osprey_models}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$M" "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+df -h / /dev/shm | tail -2; free -g | head -2
+echo "== kernel tests"
+$T 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure|tests ran|Expected|Which is|rel_err" | head -40
+if [ -z "${SKIP_SANITIZER:-}" ]; then
+  echo "== compute-sanitizer memcheck / racecheck (FP8 kernel tests, small shapes)"
+  F='CudaFp8.*:Awkward/Fp8Tokens.*:Shapes/LtRows.CublasLtBlockScaledMatchesCpuEmulation/0:Shapes/LtRows.CublasLtBlockScaledMatchesCpuEmulation/1'
+  compute-sanitizer --tool memcheck --print-limit 5 $T --gtest_filter="$F" 2>&1 | tail -3
+  compute-sanitizer --tool racecheck --print-limit 5 $T --gtest_filter="$F" 2>&1 | tail -2
+fi
+[ -n "${KERNELS_ONLY:-}" ] && exit 0
+for p in parity-a parity-b tiny; do $B synth --preset $p --seed 7 --out $M/$p --quiet; done
+( time $B synth --preset 20b --seed 1 --out $M/20b --quiet ) 2>&1 | grep real
+python3 - "$B" "$M" <<'PY' 2>&1 | tee $OUT/correctness.log
+import subprocess, sys, numpy as np
+B, M = sys.argv[1], sys.argv[2]
+def logits(model, toks, backend, prec):
+    out = f"/tmp/l_{backend}_{prec}.npy"
+    subprocess.run([B, "--threads", "16", "logits", "--backend", backend, "--precision", prec, "--model", model,
+                    "--tokens", ",".join(map(str, toks)), "--out", out], check=True, stderr=subprocess.DEVNULL)
+    return np.load(out).astype(np.float64)
+def compare(name, a, ref, what):
+    rel = np.linalg.norm(a - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    agree = np.mean(a.argmax(1) == ref.argmax(1))
+    def lsm(x): x = x - x.max(1, keepdims=True); return x - np.log(np.exp(x).sum(1, keepdims=True))
+    lp, lq = lsm(ref), lsm(a)
+    kl = np.mean(np.sum(np.exp(lp) * (lp - lq), axis=1))
+    print(f"{name}: {what}: rel. error worst {rel.max():.3e} mean {rel.mean():.3e} (positions within 1e-2: {np.mean(rel < 1e-2):.3f}), argmax agreement {agree:.4f}, mean KL {kl:.3e}")
+rng = np.random.default_rng(0)
+for name, vocab, T in [("parity-a", 1000, 200), ("parity-b", 777, 48), ("tiny", 201088, 160), ("20b", 201088, 32)]:
+    toks = rng.integers(0, min(vocab, 199998), size=T).tolist()
+    f32 = logits(f"{M}/{name}", toks, "cpu", "fp32")
+    e8 = logits(f"{M}/{name}", toks, "cpu", "fp8")
+    g8 = logits(f"{M}/{name}", toks, "cuda", "fp8")
+    gb = logits(f"{M}/{name}", toks, "cuda", "bf16")
+    compare(name, g8, e8, "CUDA fp8 vs CPU fp8 emulation")
+    compare(name, g8, f32, "CUDA fp8 vs CPU fp32 (the price of FP8)")
+    compare(name, e8, f32, "CPU fp8 emulation vs CPU fp32")
+    compare(name, gb, f32, "CUDA bf16 vs CPU fp32")
+PY
+echo "== greedy: CUDA fp8 (graphs) vs CPU fp8 emulation"
+for p in parity-a parity-b tiny; do
+  G=$($B generate --backend cuda --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
+  C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
+  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p: cuda fp8 and cpu fp8 greedy agree on the first {n} of {len(a)} tokens')" "$G" "$C"
+done
+echo "== compute-sanitizer memcheck: fp8 generate (graphs) on parity-b"
+compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
+echo "== bench --backend cuda, 20b"
+$B bench --backend cuda --model $M/20b --steps ${STEPS:-16} --json $OUT/bench_20b.json ${BENCH_ARGS:-} 2>&1 | tee $OUT/bench_20b.log

@@ -1,0 +1,258 @@
+// The FP8 path's kernels against their CPU twins: the quantizers bit for bit, the skinny GEMM
+// (dense and grouped by expert) and cuBLASLt's block-scaled GEMM against the CPU emulation,
+// paged attention against the CPU attention over the same BF16 keys and values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "formats/fp8.h"
+#include "formats/mxfp4.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/gemm_fp8.cuh"
+#include "kernels/cuda/paged_attention.cuh"
+
+namespace osprey {
+namespace {
+
+class Fp8Tokens : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Awkward, Fp8Tokens, ::testing::Values(1, 3, 129));
+
+// CPU reference quantization of a bf16 matrix.
+fp8::Matrix cpu_quantize(const std::vector<bf16>& w, int rows, int cols) {
+  fp8::Matrix m;
+  m.allocate(1, rows, cols);
+  fp8::quantize_row_blocks(m, 0, 0, fp8::blocks(rows), [&](int r, float* out) {
+    for (int c = 0; c < cols; ++c) out[c] = bf16_to_f32(w[size_t(r) * cols + c]);
+  });
+  return m;
+}
+
+// The same matrix on the device.
+struct DevFp8 {
+  Dev<uint8_t> q;
+  Dev<float> s;
+  explicit DevFp8(const fp8::Matrix& m) : q(m.q), s(m.scales) {}
+};
+
+void expect_same_fp8(const fp8::Matrix& ref, const std::vector<uint8_t>& q, const std::vector<float>& s) {
+  for (size_t i = 0; i < ref.q.size(); ++i) ASSERT_EQ(q[i], ref.q[i]) << "code " << i;
+  for (int rb = 0; rb < fp8::blocks(ref.rows); ++rb)
+    for (int cb = 0; cb < fp8::blocks(ref.cols); ++cb) {
+      const size_t i = size_t(rb) * ref.scale_stride() + cb;
+      ASSERT_EQ(s[i], ref.scales[i]) << "scale " << rb << "," << cb;
+    }
+}
+
+TEST(CudaFp8, QuantizeBf16BitIdenticalToCpu) {
+  const int R = 300, C = 2880;  // partial row block, 22.5 column blocks
+  auto w = randbf(size_t(R) * C, 30, 3.0f);
+  w[5] = f32_to_bf16(0.0f);
+  fp8::Matrix ref = cpu_quantize(w, R, C);
+  Dev<bf16> dw(w);
+  Dev<uint8_t> q(ref.q.size());
+  Dev<float> s(std::vector<float>(ref.scales.size(), 1.0f));
+  cuda::quantize_bf16_block128(as_dev_bf16(dw), R, C, q.p, s.p, ref.scale_stride(), nullptr);
+  expect_same_fp8(ref, q.get(), s.get());
+}
+
+TEST(CudaFp8, QuantizeMxfp4BitIdenticalToCpu) {
+  const int R = 260, C = 2880;
+  std::mt19937 rng(31);
+  std::vector<uint8_t> blocks(size_t(R) * C / 2), scales(size_t(R) * C / 32);
+  for (auto& b : blocks) b = uint8_t(rng());
+  for (auto& s : scales) s = uint8_t(112 + rng() % 16);
+  fp8::Matrix ref;
+  ref.allocate(1, R, C);
+  fp8::quantize_row_blocks(ref, 0, 0, fp8::blocks(R), [&](int r, float* out) {
+    mxfp4_decode_row(&blocks[size_t(r) * C / 2], &scales[size_t(r) * C / 32], C, out);
+  });
+  Dev<uint8_t> db(blocks), ds(scales), q(ref.q.size());
+  Dev<float> s(std::vector<float>(ref.scales.size(), 1.0f));
+  cuda::quantize_mxfp4_block128(db.p, ds.p, R, C, q.p, s.p, ref.scale_stride(), nullptr);
+  expect_same_fp8(ref, q.get(), s.get());
+}
+
+TEST_P(Fp8Tokens, QuantizeActivationsBitIdenticalToCpu) {
+  const int T = GetParam(), K = 2880, ld = fp8::round4(T), KB = fp8::blocks(K);
+  auto x = randf(size_t(T) * K, 32, 5.0f);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> s(size_t(KB) * ld, 0.0f);
+  fp8::quantize_activations(x.data(), T, K, q.data(), s.data(), ld);
+  Dev<float> dx(x), ds(s.size());
+  Dev<uint8_t> dq(q.size());
+  cuda::quantize_act_1x128(dx.p, nullptr, T, K, dq.p, ds.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
+  EXPECT_EQ(dq.get(), q);
+  auto gs = ds.get();
+  for (int kb = 0; kb < KB; ++kb)
+    for (int t = 0; t < T; ++t) ASSERT_EQ(gs[size_t(kb) * ld + t], s[size_t(kb) * ld + t]);
+}
+
+TEST_P(Fp8Tokens, SkinnyGemmMatchesCpuEmulation) {
+  const int T = GetParam(), N = 200, K = 2880, ld = fp8::round4(T);
+  auto w = randbf(size_t(N) * K, 33);
+  fp8::Matrix W = cpu_quantize(w, N, K);
+  auto bias = randbf(N, 34);
+  auto x = randf(size_t(T) * K, 35, 2.0f);
+  std::vector<float> ref(size_t(T) * N);
+  cpu::f32_fp8w_matmul(x.data(), W.data(), W.scale(), W.scale_stride(), bias.data(), ref.data(), T, N, K);
+  DevFp8 dW(W);
+  Dev<bf16> db(bias);
+  Dev<float> dx(x), xs(size_t(fp8::blocks(K)) * ld), y(ref.size());
+  Dev<uint8_t> xq(x.size());
+  const cuda::ActSegments sg{nullptr, 1, T, ld};
+  cuda::quantize_act_1x128(dx.p, nullptr, T, K, xq.p, xs.p, sg, nullptr);
+  cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, false, N, K, T, nullptr);
+  EXPECT_LT(rel_err(y.get(), ref), 1e-5);
+  // Accumulate mode adds onto what is there.
+  cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, true, N, K, T, nullptr);
+  std::vector<float> twice(ref);
+  for (auto& v : twice) v *= 2;
+  EXPECT_LT(rel_err(y.get(), twice), 1e-5);
+}
+
+TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
+  const int T = GetParam(), E = 8, k = 4, N = 384, K = 2880;
+  std::mt19937 rng(36);
+  std::vector<int32_t> idx(size_t(T) * k);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> e(E);
+    std::iota(e.begin(), e.end(), 0);
+    std::shuffle(e.begin(), e.end(), rng);
+    for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = e[j];
+  }
+  std::vector<fp8::Matrix> Ws;
+  fp8::Matrix all;
+  all.allocate(E, N, K);
+  for (int e = 0; e < E; ++e) {
+    fp8::Matrix m = cpu_quantize(randbf(size_t(N) * K, 40 + e), N, K);
+    std::copy(m.q.begin(), m.q.end(), all.q.begin() + size_t(e) * N * K);
+    std::copy(m.scales.begin(), m.scales.end(), all.scales.begin() + size_t(e) * all.scales_per_matrix());
+  }
+  auto bias = randbf(size_t(E) * N, 37);
+  auto x = randf(size_t(T) * K, 38, 2.0f);
+  const int P = cuda::moe_rows_max(T, k, E);
+  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size());
+  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, nullptr);
+  auto hseg = seg.get();
+  auto hrow = row_token.get();
+  auto hpair = pair_row.get();
+  for (int e = 0; e < E; ++e) EXPECT_EQ((hseg[e + 1] - hseg[e]) % 4, 0);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int r = hpair[size_t(t) * k + j], e = idx[size_t(t) * k + j];
+      ASSERT_EQ(hrow[r], t);
+      ASSERT_TRUE(r >= hseg[e] && r < hseg[e + 1]);
+    }
+  DevFp8 dW(all);
+  Dev<bf16> db(bias);
+  Dev<float> dx(x), xs(size_t(P) * fp8::blocks(K) + 64), y(size_t(P) * N);
+  Dev<uint8_t> xq(size_t(P) * K);
+  const cuda::ActSegments sg{seg.p, E, P, 0};
+  cuda::quantize_act_1x128(dx.p, row_token.p, P, K, xq.p, xs.p, sg, nullptr);
+  cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, false, N, K,
+                        fp8::round4(T), nullptr);
+  auto got = y.get();
+  std::vector<float> ref(N), row(N);
+  double worst = 0;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int e = idx[size_t(t) * k + j], r = hpair[size_t(t) * k + j];
+      cpu::f32_fp8w_matmul(&x[size_t(t) * K], all.data(e), all.scale(e), all.scale_stride(), &bias[size_t(e) * N],
+                           ref.data(), 1, N, K);
+      std::copy_n(&got[size_t(r) * N], N, row.begin());
+      worst = std::max(worst, rel_err(row, ref));
+    }
+  EXPECT_LT(worst, 1e-5);
+}
+
+class LtRows : public ::testing::TestWithParam<std::tuple<int, int>> {};
+INSTANTIATE_TEST_SUITE_P(Shapes, LtRows,
+                         ::testing::Values(std::make_tuple(4, 5120), std::make_tuple(132, 5120),
+                                           std::make_tuple(1024, 2880), std::make_tuple(4, 201088)));
+
+TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
+  const auto [M, N] = GetParam();
+  const int K = 2880;
+  fp8::Matrix W = cpu_quantize(randbf(size_t(N) * K, 50), N, K);
+  auto x = randf(size_t(M) * K, 51, 2.0f);
+  std::vector<float> ref(size_t(M) * N);
+  cpu::f32_fp8w_matmul(x.data(), W.data(), W.scale(), W.scale_stride(), nullptr, ref.data(), M, N, K);
+  DevFp8 dW(W);
+  Dev<float> dx(x), xs(size_t(fp8::blocks(K)) * M), y(ref.size());
+  Dev<uint8_t> xq(x.size());
+  cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActSegments{nullptr, 1, M, M}, nullptr);
+  cuda::BlockFp8Gemm lt(nullptr);
+  lt.run(dW.q.p, dW.s.p, xq.p, xs.p, y.p, M, N, K);
+  EXPECT_LT(rel_err(y.get(), ref), 4e-3);  // tolerance covers a BF16 output if cuBLASLt offers no fp32 one
+}
+
+struct HostKv final : cpu::KvSource {
+  const std::vector<float>&k, &v;
+  int kv_heads, d;
+  HostKv(const std::vector<float>& k_, const std::vector<float>& v_, int kvh, int d_) : k(k_), v(v_), kv_heads(kvh), d(d_) {}
+  const float* key(int pos, int g) const override { return &k[(size_t(pos) * kv_heads + g) * d]; }
+  const float* value(int pos, int g) const override { return &v[(size_t(pos) * kv_heads + g) * d]; }
+};
+
+// Rows of two sequences (slots 0 and 1) over shuffled pages (full) or a ring (window 128).
+TEST(CudaFp8, PagedAttentionMatchesCpu) {
+  const int heads = 64, kvh = 8, d = 64, lens[2] = {700, 333}, max_pages = 16, ring = 256;
+  for (int window : {0, 128}) {
+    for (int splits : {1, 5}) {
+      // Keys/values per slot, rounded to bf16 as the cache stores them.
+      std::vector<std::vector<float>> K(2), V(2);
+      for (int s = 0; s < 2; ++s) {
+        K[s] = randf(size_t(lens[s]) * kvh * d, 60 + s, 2.0f), V[s] = randf(size_t(lens[s]) * kvh * d, 62 + s);
+        for (auto& f : K[s]) f = bf16_to_f32(f32_to_bf16(f));
+        for (auto& f : V[s]) f = bf16_to_f32(f32_to_bf16(f));
+      }
+      std::vector<int32_t> table(3 * max_pages, 0), perm(2 * max_pages);
+      std::iota(perm.begin(), perm.end(), 1);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(64));
+      for (int i = 0; i < 2 * max_pages; ++i) table[i] = perm[i];
+      const int pages = 2 * max_pages + 1, rows_cap = window ? 3 * ring : pages * cuda::kPage;
+      // Queries: the last 3 positions of slot 0 and the last 2 of slot 1.
+      std::vector<int32_t> slot = {0, 0, 0, 1, 1}, pos = {697, 698, 699, 331, 332};
+      const int R = int(slot.size());
+      auto q = randf(size_t(R) * heads * d, 65, 2.0f);
+      auto sinks = randbf(heads, 66, 2.0f);
+      std::vector<float> kin(size_t(R) * kvh * d), vin(kin.size());
+      Dev<bf16> kc(size_t(rows_cap) * kvh * d), vc(size_t(rows_cap) * kvh * d);
+      Dev<int32_t> dt(table);
+      cuda::KvLayerView L;
+      L.k = as_dev_bf16(kc), L.v = as_dev_bf16(vc), L.kv_heads = kvh, L.d = d;
+      if (window) L.ring = ring;
+      else L.page_table = dt.p, L.max_pages = max_pages;
+      // Write every position of both slots through kv_write (one row per position).
+      for (int s = 0; s < 2; ++s) {
+        const int first = window ? std::max(0, lens[s] - ring) : 0, n = lens[s] - first;
+        std::vector<int32_t> ss(n, s), pp(n);
+        std::iota(pp.begin(), pp.end(), first);
+        std::vector<float> ks(K[s].begin() + size_t(first) * kvh * d, K[s].end()),
+            vs(V[s].begin() + size_t(first) * kvh * d, V[s].end());
+        Dev<float> dk(ks), dv(vs);
+        Dev<int32_t> dss(ss), dpp(pp);
+        cuda::kv_write(L, dk.p, dv.p, dss.p, dpp.p, n, nullptr);
+      }
+      Dev<float> dq(q), out(q.size()), scratch(size_t(R) * heads * splits * (d + 2));
+      Dev<bf16> ds(sinks);
+      Dev<int32_t> dslot(slot), dpos(pos);
+      cuda::paged_attention(L, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out.p, R, heads, window, 0.125f, splits,
+                            scratch.p, nullptr);
+      auto got = out.get();
+      std::vector<float> ref(q.size());
+      for (int r = 0; r < R; ++r) {
+        HostKv kv(K[slot[r]], V[slot[r]], kvh, d);
+        cpu::f32_bf16sink_attention(&q[size_t(r) * heads * d], &pos[r], kv, sinks.data(), &ref[size_t(r) * heads * d], 1,
+                                    {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
+      }
+      EXPECT_LT(rel_err(got, ref), 1e-5) << "window " << window << " splits " << splits;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace osprey
