@@ -70,6 +70,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--prefill-lens", cu->prefill_lens, "cuda: prompt lengths to time");
   cmd->add_option("--batches", cu->batches, "cuda: decode batch sizes");
   cmd->add_option("--contexts", cu->contexts, "cuda: decode context lengths");
+  cmd->add_option("--prefill-reps", cu->prefill_reps, "cuda: runs per prompt length (the best is kept)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--steps", cu->steps, "cuda: timed decode steps per point")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", cu->prefill_chunk, "cuda: tokens per prefill step")->check(CLI::PositiveNumber);
   cmd->add_option("--usd-per-gpu-hour", cu->usd_per_gpu_hour, "cuda: price for the cost columns");

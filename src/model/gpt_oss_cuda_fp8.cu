@@ -150,8 +150,8 @@ struct GptOssCudaFp8::Impl {
 
   Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
     if (opt.slots < 1 || opt.max_context < 1 || opt.prefill_chunk < 1) fail_plain("GptOssCudaFp8: bad options");
-    if (cfg.hidden % 64 || cfg.q_dim() % 64 || cfg.intermediate % 64)
-      fail_plain("the FP8 CUDA path needs hidden, heads*head_dim and intermediate sizes that are multiples of 64");
+    if (cfg.hidden % 16 || cfg.q_dim() % 16 || cfg.intermediate % 16 || cfg.head_dim % 8)
+      fail_plain("the FP8 CUDA path needs hidden, heads*head_dim and intermediate sizes that are multiples of 16");
     OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     lt = std::make_unique<cuda::BlockFp8Gemm>(stream);
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
@@ -289,7 +289,7 @@ struct GptOssCudaFp8::Impl {
   void dense(const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T, bool accumulate,
              float* tmp) {
     const int N = W.rows, K = W.cols;
-    if (use_lt && T >= 64) {
+    if (use_lt && T >= 64 && lt->available(fp8::round4(T), N, K)) {
       lt->run(W.data(), W.scale(), act.q.ptr, act.s.ptr, accumulate ? tmp : out, fp8::round4(T), N, K);
       if (accumulate) {
         cuda::add_bias(tmp, bias, T, N, stream);
@@ -411,7 +411,9 @@ struct GptOssCudaFp8::Impl {
       std::vector<int32_t> slots(T, slot), pos(T);
       for (int i = 0; i < T; ++i) pos[i] = len[slot] + i;
       set_rows(tokens.data() + i0, slots.data(), pos.data(), T);
-      const bool lt_moe = T * cfg.experts_per_token >= 16 * cfg.num_experts;
+      const int H = cfg.hidden, I = cfg.intermediate;
+      const bool lt_moe = T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
+                          lt->available(4, H, I);
       use_lt = true;
       layers_forward(T, lt_moe, 1);
       len[slot] += T;

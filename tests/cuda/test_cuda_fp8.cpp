@@ -90,8 +90,8 @@ TEST_P(Fp8Tokens, QuantizeActivationsBitIdenticalToCpu) {
     for (int t = 0; t < T; ++t) ASSERT_EQ(gs[size_t(kb) * ld + t], s[size_t(kb) * ld + t]);
 }
 
-TEST_P(Fp8Tokens, SkinnyGemmMatchesCpuEmulation) {
-  const int T = GetParam(), N = 200, K = 2880, ld = fp8::round4(T);
+void SkinnyCaseImpl(int T, int K) {
+  const int N = 200, ld = fp8::round4(T);
   auto w = randbf(size_t(N) * K, 33);
   fp8::Matrix W = cpu_quantize(w, N, K);
   auto bias = randbf(N, 34);
@@ -105,12 +105,16 @@ TEST_P(Fp8Tokens, SkinnyGemmMatchesCpuEmulation) {
   const cuda::ActSegments sg{nullptr, 1, T, ld};
   cuda::quantize_act_1x128(dx.p, nullptr, T, K, xq.p, xs.p, sg, nullptr);
   cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, false, N, K, T, nullptr);
-  EXPECT_LT(rel_err(y.get(), ref), 1e-5);
+  EXPECT_LT(rel_err(y.get(), ref), 1e-5) << "T " << T << " K " << K;
   // Accumulate mode adds onto what is there.
   cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, true, N, K, T, nullptr);
   std::vector<float> twice(ref);
   for (auto& v : twice) v *= 2;
-  EXPECT_LT(rel_err(y.get(), twice), 1e-5);
+  EXPECT_LT(rel_err(y.get(), twice), 1e-5) << "T " << T << " K " << K;
+}
+
+TEST_P(Fp8Tokens, SkinnyGemmMatchesCpuEmulation) {
+  for (int K : {2880, 160, 96}) SkinnyCaseImpl(GetParam(), K);
 }
 
 TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
@@ -198,8 +202,8 @@ struct HostKv final : cpu::KvSource {
 };
 
 // Rows of two sequences (slots 0 and 1) over shuffled pages (full) or a ring (window 128).
-TEST(CudaFp8, PagedAttentionMatchesCpu) {
-  const int heads = 64, kvh = 8, d = 64, lens[2] = {700, 333}, max_pages = 16, ring = 256;
+void PagedAttentionCase(int heads, int kvh, int d) {
+  const int lens[2] = {700, 333}, max_pages = 16, ring = 256;
   for (int window : {0, 128}) {
     for (int splits : {1, 5}) {
       // Keys/values per slot, rounded to bf16 as the cache stores them.
@@ -249,9 +253,14 @@ TEST(CudaFp8, PagedAttentionMatchesCpu) {
         cpu::f32_bf16sink_attention(&q[size_t(r) * heads * d], &pos[r], kv, sinks.data(), &ref[size_t(r) * heads * d], 1,
                                     {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
       }
-      EXPECT_LT(rel_err(got, ref), 1e-5) << "window " << window << " splits " << splits;
+      EXPECT_LT(rel_err(got, ref), 1e-5) << "d " << d << " window " << window << " splits " << splits;
     }
   }
+}
+
+TEST(CudaFp8, PagedAttentionMatchesCpu) {
+  PagedAttentionCase(64, 8, 64);  // gpt-oss
+  PagedAttentionCase(4, 2, 16);   // the tiny model's heads
 }
 
 }  // namespace

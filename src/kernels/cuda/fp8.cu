@@ -120,21 +120,24 @@ __device__ inline uint4 load16(const uint8_t* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-// Block: 4 warps x 16 weight rows; blockIdx.y = segment. Each pass covers NT tiles of 8 rows.
+// Block: 16 weight rows, its 4 warps splitting K by 128-blocks (summed in a fixed order through
+// shared memory, so results do not depend on timing); blockIdx.y = segment. Each pass covers NT
+// tiles of 8 rows. Per 128-block a thread has 4 weight loads and 2 per tile in flight.
 template <int NT>
 __global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
                                                          int ws_stride, const bf16* __restrict__ bias,
                                                          const uint8_t* __restrict__ x, const float* __restrict__ xs,
                                                          ActSegments sg, float* __restrict__ y, int y_ld,
                                                          bool accumulate, int N, int K) {
+  __shared__ float red[4][NT][4][32];
   const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int s0 = sg.seg ? sg.seg[e] : 0, s1 = sg.seg ? sg.seg[e + 1] : sg.rows;
-  if (s1 <= s0) return;
-  const int n0 = blockIdx.x * 64 + warp * 16;
-  if (n0 >= N) return;
-  const int KB = (K + kB - 1) / kB;
-  const int sld = sg.seg ? s1 - s0 : sg.ld;                // scales of this segment: [KB][sld] at sbase
+  const int n0 = blockIdx.x * 16;
+  if (s1 <= s0 || n0 >= N) return;  // uniform over the block
+  const int KB = (K + kB - 1) / kB, per_warp = (KB + 3) / 4;
+  const int kb0 = min(KB, warp * per_warp), kb1 = min(KB, kb0 + per_warp);
+  const int sld = sg.seg ? s1 - s0 : sg.ld;  // scales of this segment: [KB][sld] at sbase
   const size_t sbase = sg.seg ? size_t(KB) * s0 : 0;
   const int ws_rows = round4((N + kB - 1) / kB);
   const uint8_t* We = W + size_t(e) * N * K;
@@ -143,62 +146,70 @@ __global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restri
   const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N;
   const uint8_t* wlo = We + size_t(ok_lo ? n0 + g : 0) * K + c * 16;
   const uint8_t* whi = We + size_t(ok_hi ? n0 + g + 8 : 0) * K + c * 16;
-  const float b_lo = (be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
-  const float b_hi = (be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
+  const float b_lo = (warp == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
+  const float b_hi = (warp == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
   for (int base = s0; base < s1; base += 8 * NT) {
-    float acc[NT][4], part[NT][4];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      acc[t][0] = acc[t][1] = b_lo;  // the accumulators start from the bias
-      acc[t][2] = acc[t][3] = b_hi;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
-    }
+    float acc[NT][4];
     const uint8_t* xrow[NT];
     bool xok[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
+      acc[t][0] = acc[t][1] = b_lo;  // the accumulators start from the bias (warp 0's share)
+      acc[t][2] = acc[t][3] = b_hi;
       const int r = base + t * 8 + g;
       xok[t] = r < s1;
       xrow[t] = x + size_t(xok[t] ? r : s0) * K + c * 16;
     }
-    for (int k0 = 0; k0 < K; k0 += 64) {
-      const uint4 alo = load16(wlo + k0, ok_lo), ahi = load16(whi + k0, ok_hi);
+#pragma unroll 2
+    for (int kb = kb0; kb < kb1; ++kb) {
+      const int k0 = kb * kB;
+      const bool in0 = k0 + c * 16 < K, in1 = k0 + 64 + c * 16 < K;  // K % 16 == 0: a 16-byte piece is in or out
+      const uint4 alo0 = load16(wlo + k0, ok_lo && in0), ahi0 = load16(whi + k0, ok_hi && in0);
+      const uint4 alo1 = load16(wlo + k0 + 64, ok_lo && in1), ahi1 = load16(whi + k0 + 64, ok_hi && in1);
+      float part[NT][4];
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const uint4 b = load16(xrow[t] + k0, xok[t]);
-        mma_e4m3(part[t], alo.x, ahi.x, alo.y, ahi.y, b.x, b.y);
-        mma_e4m3(part[t], alo.z, ahi.z, alo.w, ahi.w, b.z, b.w);
+        const uint4 b0 = load16(xrow[t] + k0, xok[t] && in0), b1 = load16(xrow[t] + k0 + 64, xok[t] && in1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
+        mma_e4m3(part[t], alo0.x, ahi0.x, alo0.y, ahi0.y, b0.x, b0.y);
+        mma_e4m3(part[t], alo0.z, ahi0.z, alo0.w, ahi0.w, b0.z, b0.w);
+        mma_e4m3(part[t], alo1.x, ahi1.x, alo1.y, ahi1.y, b1.x, b1.y);
+        mma_e4m3(part[t], alo1.z, ahi1.z, alo1.w, ahi1.w, b1.z, b1.w);
       }
-      if (((k0 + 64) % kB) == 0 || k0 + 64 >= K) {  // end of a 128-block: fold in the two scales
-        const int kb = k0 / kB;
-        const float w_s = wse[kb];
+      const float w_s = wse[kb];  // fold in the two scales of this 128-block
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const int r0 = base + t * 8 + 2 * c;
-          const float x0 = r0 < s1 ? xs[sbase + size_t(kb) * sld + (r0 - s0)] : 0.0f;
-          const float x1 = r0 + 1 < s1 ? xs[sbase + size_t(kb) * sld + (r0 + 1 - s0)] : 0.0f;
-          acc[t][0] += part[t][0] * (w_s * x0);
-          acc[t][1] += part[t][1] * (w_s * x1);
-          acc[t][2] += part[t][2] * (w_s * x0);
-          acc[t][3] += part[t][3] * (w_s * x1);
+      for (int t = 0; t < NT; ++t) {
+        const int r0 = base + t * 8 + 2 * c;
+        const float x0 = r0 < s1 ? xs[sbase + size_t(kb) * sld + (r0 - s0)] : 0.0f;
+        const float x1 = r0 + 1 < s1 ? xs[sbase + size_t(kb) * sld + (r0 + 1 - s0)] : 0.0f;
+        acc[t][0] += part[t][0] * (w_s * x0);
+        acc[t][1] += part[t][1] * (w_s * x1);
+        acc[t][2] += part[t][2] * (w_s * x0);
+        acc[t][3] += part[t][3] * (w_s * x1);
+      }
+    }
 #pragma unroll
-          for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][t][i][lane] = acc[t][i];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int r0 = base + t * 8 + 2 * c;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float v = ((red[0][t][i][lane] + red[1][t][i][lane]) + red[2][t][i][lane]) + red[3][t][i][lane];
+          const int r = r0 + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+          if (r < s1 && n < N) {
+            float* out = y + size_t(r) * y_ld + n;
+            *out = accumulate ? *out + v : v;
+          }
         }
       }
     }
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int r0 = base + t * 8 + 2 * c;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = r0 + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-        if (r < s1 && n < N) {
-          float* out = y + size_t(r) * y_ld + n;
-          *out = accumulate ? *out + acc[t][i] : acc[t][i];
-        }
-      }
-    }
+    __syncthreads();
   }
 }
 
@@ -290,9 +301,9 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
                      int rows_per_seg_max, cudaStream_t st) {
-  if (K % 64) fail_plain("fp8_gemm_skinny: K must be a multiple of 64 (got " + std::to_string(K) + ")");
+  if (K % 16) fail_plain("fp8_gemm_skinny: K must be a multiple of 16 (got " + std::to_string(K) + ")");
   if (!sg.seg && sg.rows == 0) return;
-  dim3 grid(unsigned((N + 63) / 64), unsigned(sg.seg ? sg.n : 1));
+  dim3 grid(unsigned((N + 15) / 16), unsigned(sg.seg ? sg.n : 1));
   if (rows_per_seg_max <= 8)
     fp8_skinny_kernel<1><<<grid, 128, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
   else if (rows_per_seg_max <= 16)

@@ -29,7 +29,7 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
 // Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
 // segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].
 // W [E][N][K] codes, ws [E][round4(N/128)][ws_stride], bias [E][N] bf16 or null; x codes [rows][K]
-// with scales in `seg` layout; y rows y_ld apart. K % 64 == 0. rows_per_seg_max bounds a segment's
+// with scales in `seg` layout; y rows y_ld apart. K % 16 == 0. rows_per_seg_max bounds a segment's
 // rows (picks the tile width); every row of every segment is computed. Grouped: `rows` bounds seg[n].
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments seg, float* y, int y_ld, bool accumulate, int N, int K,

@@ -44,9 +44,9 @@ BlockFp8Gemm::~BlockFp8Gemm() {
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
 }
 
-BlockFp8Gemm::Plan& BlockFp8Gemm::plan(int M, int N, int K) {
+BlockFp8Gemm::Plan* BlockFp8Gemm::plan(int M, int N, int K) {
   auto key = std::make_tuple(M, N, K);
-  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   auto* lt = static_cast<cublasLtHandle_t>(lt_);
   for (bool f32_out : {true, false}) {
     auto* p = new Plan;
@@ -82,18 +82,24 @@ BlockFp8Gemm::Plan& BlockFp8Gemm::plan(int M, int N, int K) {
         logged = true;
       }
       plans_[key] = p;
-      return *p;
+      return p;
     }
     delete p;
   }
-  fail_plain("cuBLASLt has no FP8 block-scaled algorithm for M=" + std::to_string(M) + " N=" + std::to_string(N) +
-             " K=" + std::to_string(K));
+  plans_[key] = nullptr;
+  return nullptr;
 }
+
+bool BlockFp8Gemm::available(int M, int N, int K) { return M >= 4 && M % 4 == 0 && plan(M, N, K) != nullptr; }
 
 void BlockFp8Gemm::run(const uint8_t* W, const float* ws, const uint8_t* x, const float* xs, float* y, int M, int N,
                        int K) {
   if (M % 4 || M < 4) fail_plain("BlockFp8Gemm: M must be a positive multiple of 4 (got " + std::to_string(M) + ")");
-  Plan& p = plan(M, N, K);
+  Plan* pp = plan(M, N, K);
+  if (!pp)
+    fail_plain("cuBLASLt has no FP8 block-scaled algorithm for M=" + std::to_string(M) + " N=" + std::to_string(N) +
+               " K=" + std::to_string(K));
+  Plan& p = *pp;
   OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof(ws)));
   OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof(xs)));
   const float alpha = 1.0f, beta = 0.0f;

@@ -18,17 +18,19 @@ class BlockFp8Gemm {
   // y [M][N] fp32 = x [M][K] . W [N][K]^T with the scales of formats/fp8.h: W scales
   // [round4(N/128)][round4(K/128)], x scales [K/128][M]. M % 4 == 0 (callers pad), M >= 4.
   void run(const uint8_t* W, const float* ws, const uint8_t* x, const float* xs, float* y, int M, int N, int K);
+  // Whether cuBLASLt has an algorithm for this shape (M % 4 == 0); cached.
+  bool available(int M, int N, int K);
 
  private:
   struct Plan;
-  Plan& plan(int M, int N, int K);
+  Plan* plan(int M, int N, int K);  // null: no algorithm
   cudaStream_t stream_;
   void* lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 32u << 20;
   bf16* scratch_ = nullptr;  // BF16 output when fp32 has no algorithm
   size_t scratch_elems_ = 0;
-  std::map<std::tuple<int, int, int>, Plan*> plans_;
+  std::map<std::tuple<int, int, int>, Plan*> plans_;  // null entries: shapes without an algorithm
 };
 
 }  // namespace osprey::cuda

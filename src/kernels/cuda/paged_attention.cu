@@ -41,7 +41,7 @@ template <int D>
 __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16* sinks, const int32_t* slots,
                                        const int32_t* positions, float* out, int heads, int window, float scale,
                                        int splits, float* scratch) {
-  constexpr int PER = D / 32;  // output dims per lane
+  constexpr int PER = (D + 31) / 32;  // output dims per lane (lane + 32 i < D)
   const int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
   const int group = heads / L.kv_heads, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slot = slots[r], pos = positions[r];
@@ -90,18 +90,21 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
         const float pu = __shfl_sync(0xffffffffu, p, u);
         const bf16* vp = L.v + kv_row(L, slot, j0 + u) * kvn + size_t(g) * D;
 #pragma unroll
-        for (int i = 0; i < PER; ++i) acc[i] += pu * __bfloat162float(vp[lane + 32 * i]);
+        for (int i = 0; i < PER; ++i)
+          if (lane + 32 * i < D) acc[i] += pu * __bfloat162float(vp[lane + 32 * i]);
       }
       m = m_new;
     }
     if (splits == 1) {
       float* op = out + (size_t(r) * heads + h) * D;
 #pragma unroll
-      for (int i = 0; i < PER; ++i) op[lane + 32 * i] = acc[i] / l;
+      for (int i = 0; i < PER; ++i)
+        if (lane + 32 * i < D) op[lane + 32 * i] = acc[i] / l;
     } else {
       float* sc = scratch + ((size_t(r) * heads + h) * splits + sp) * (D + 2);
 #pragma unroll
-      for (int i = 0; i < PER; ++i) sc[lane + 32 * i] = acc[i];
+      for (int i = 0; i < PER; ++i)
+        if (lane + 32 * i < D) sc[lane + 32 * i] = acc[i];
       if (lane == 0) sc[D] = m, sc[D + 1] = l;
     }
   }
@@ -115,16 +118,19 @@ __global__ void merge_splits_kernel(const float* scratch, float* out, int rows_h
   const float* sc = scratch + size_t(w) * splits * (D + 2);
   float M = -FLT_MAX;
   for (int s = 0; s < splits; ++s) M = fmaxf(M, sc[s * (D + 2) + D]);
-  float den = 0, o[D / 32] = {};
+  constexpr int PER = (D + 31) / 32;
+  float den = 0, o[PER] = {};
   for (int s = 0; s < splits; ++s) {
     const float* p = sc + s * (D + 2);
     const float f = p[D + 1] > 0.0f ? __expf(p[D] - M) : 0.0f;
     den += p[D + 1] * f;
 #pragma unroll
-    for (int i = 0; i < D / 32; ++i) o[i] += p[lane + 32 * i] * f;
+    for (int i = 0; i < PER; ++i)
+      if (lane + 32 * i < D) o[i] += p[lane + 32 * i] * f;
   }
 #pragma unroll
-  for (int i = 0; i < D / 32; ++i) out[size_t(w) * D + lane + 32 * i] = o[i] / den;
+  for (int i = 0; i < PER; ++i)
+    if (lane + 32 * i < D) out[size_t(w) * D + lane + 32 * i] = o[i] / den;
 }
 
 }  // namespace
@@ -152,11 +158,12 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
       merge_splits_kernel<D><<<unsigned((size_t(rows) * heads * 32 + 255) / 256), 256, 0, s>>>(scratch, out,     \
                                                                                               rows * heads, splits); \
     break;
+    OSPREY_PAGED_CASE(16)
     OSPREY_PAGED_CASE(32)
     OSPREY_PAGED_CASE(64)
     OSPREY_PAGED_CASE(128)
 #undef OSPREY_PAGED_CASE
-    default: fail_plain("paged_attention: head_dim " + std::to_string(L.d) + " is not compiled (32, 64, 128)");
+    default: fail_plain("paged_attention: head_dim " + std::to_string(L.d) + " is not compiled (16, 32, 64, 128)");
   }
   OSPREY_CUDA_CHECK(cudaGetLastError());
 }
