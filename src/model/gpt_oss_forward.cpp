@@ -129,6 +129,10 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   linear(L.v, L8 ? &L8->v : nullptr, L.v_bias, h.data(), v.data(), T);
   cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
   cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
+  if (fp8_) {  // the Hopper path keeps keys and values in a BF16 cache: the emulation rounds them the same way
+    for (float& f : k) f = bf16_to_f32(f32_to_bf16(f));
+    for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+  }
 
   const cpu::AttentionShape shape{.num_heads = c.num_heads,
                                   .num_kv_heads = c.num_kv_heads,

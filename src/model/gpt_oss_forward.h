@@ -23,7 +23,8 @@ struct SequenceChunk {
 
 // AsStored: BF16 and MXFP4 weights as stored, fp32 math (the reference). Fp8: the emulation of the
 // Hopper path: GEMM weights converted to FP8 128x128 (model/gpt_oss_fp8.h) at construction,
-// activations quantized to FP8 in 1x128 blocks before each of those GEMMs, fp32 math.
+// activations quantized to FP8 in 1x128 blocks before each of those GEMMs, keys and values rounded
+// to BF16 (the GPU's KV cache), fp32 math.
 enum class CpuPrecision { AsStored, Fp8 };
 
 class GptOssCpuModel {

@@ -22,7 +22,7 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
 fi
 [ -n "${KERNELS_ONLY:-}" ] && exit 0
 for p in parity-a parity-b tiny; do $B synth --preset $p --seed 7 --out $M/$p --quiet; done
-( time $B synth --preset 20b --seed 1 --out $M/20b --quiet ) 2>&1 | grep real
+[ -z "${SKIP_20B_CHECK:-}" ] && ( time $B synth --preset 20b --seed 1 --out $M/20b --quiet ) 2>&1 | grep real
 python3 - "$B" "$M" <<'PY' 2>&1 | tee $OUT/correctness.log
 import subprocess, sys, numpy as np
 B, M = sys.argv[1], sys.argv[2]
@@ -39,7 +39,10 @@ def compare(name, a, ref, what):
     kl = np.mean(np.sum(np.exp(lp) * (lp - lq), axis=1))
     print(f"{name}: {what}: rel. error worst {rel.max():.3e} mean {rel.mean():.3e} (positions within 1e-2: {np.mean(rel < 1e-2):.3f}), argmax agreement {agree:.4f}, mean KL {kl:.3e}")
 rng = np.random.default_rng(0)
-for name, vocab, T in [("parity-a", 1000, 200), ("parity-b", 777, 48), ("tiny", 201088, 160), ("20b", 201088, 32)]:
+import os
+shapes = [("parity-a", 1000, 200), ("parity-b", 777, 48), ("tiny", 201088, 160), ("20b", 201088, 32)]
+if os.environ.get("SKIP_20B_CHECK"): shapes = shapes[:3]
+for name, vocab, T in shapes:
     toks = rng.integers(0, min(vocab, 199998), size=T).tolist()
     f32 = logits(f"{M}/{name}", toks, "cpu", "fp32")
     e8 = logits(f"{M}/{name}", toks, "cpu", "fp8")
