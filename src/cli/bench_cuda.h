@@ -10,6 +10,7 @@ struct BenchCudaArgs {
   std::string prefill_lens = "1024,8192,32768", batches = "1,8,32,64,128", contexts = "8192,32768";
   int steps = 32, prefill_reps = 2, prefill_chunk = 2048;
   uint64_t seed = 1;
+  bool graphs = true;
   double usd_per_gpu_hour = 3.0, fp8_tflops = 1420.0;  // the FP8 ceiling measured on the H200 (cuBLASLt)
 };
 

@@ -75,6 +75,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--steps", cu->steps, "cuda: timed decode steps per point")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", cu->prefill_chunk, "cuda: tokens per prefill step")->check(CLI::PositiveNumber);
   cmd->add_option("--usd-per-gpu-hour", cu->usd_per_gpu_hour, "cuda: price for the cost columns");
+  cmd->add_flag("!--no-graphs", cu->graphs, "cuda: launch decode steps kernel by kernel (to measure what graphs save)");
   cmd->add_option("--json", cu->json, "cuda: also write the results as JSON here");
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve")) return;

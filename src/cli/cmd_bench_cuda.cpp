@@ -102,7 +102,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .prefill_chunk = a.prefill_chunk,
-                          .graphs = true, .kv_pages = -1});
+                          .graphs = a.graphs, .kv_pages = -1});
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
   log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU, {} KV pages", load_s, model.weight_bytes() / 1e9,
@@ -119,7 +119,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"load_seconds", load_s},
                         {"copy_bandwidth_gbs", bw / 1e9},
                         {"fp8_tflops_ceiling", a.fp8_tflops},
-                        {"usd_per_gpu_hour", a.usd_per_gpu_hour}};
+                        {"usd_per_gpu_hour", a.usd_per_gpu_hour},
+                        {"cuda_graphs", a.graphs}};
   fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
   for (int n : prefill_lens) {

@@ -10,6 +10,7 @@ namespace osprey::cli {
 void add_logits(CLI::App& app) {
   struct Args {
     std::string model, tokens, out, backend = "cpu", precision;
+    bool no_cublaslt = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits at every position as a float32 .npy [T, vocab]");
@@ -21,13 +22,15 @@ void add_logits(CLI::App& app) {
                   "cpu: fp32 (default: weights as stored, fp32 math) or fp8 (the emulation of the Hopper path); "
                   "cuda: fp8 (default), bf16, or fp32 (a check of the math)")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
+  cmd->add_flag("--no-cublaslt", args->no_cublaslt, "cuda fp8: the skinny kernel for every GEMM (a cross-check)");
   cmd->callback([args] {
     std::vector<int32_t> tokens = parse_token_list(args->tokens);
     GptOssWeights w = GptOssWeights::load(args->model);
     std::vector<float> logits;
     const std::string prec = args->precision.empty() ? (args->backend == "cuda" ? "fp8" : "fp32") : args->precision;
     if (args->backend == "cuda" && prec == "fp8") {
-      GptOssCudaFp8 model(w, {.slots = 1, .max_context = int(tokens.size()), .prefill_chunk = 2048, .graphs = false});
+      GptOssCudaFp8 model(w, {.slots = 1, .max_context = int(tokens.size()), .prefill_chunk = 2048, .graphs = false,
+                                .kv_pages = 0, .cublaslt = !args->no_cublaslt});
       logits = model.prefill(0, tokens, /*all_logits=*/true);
     } else if (args->backend == "cuda") {
       GptOssCudaModel model(w, int(tokens.size()), prec == "fp32" ? GptOssCudaModel::Precision::FP32
