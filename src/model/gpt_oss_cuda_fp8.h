@@ -20,9 +20,9 @@ class GptOssCudaFp8 {
     int max_context = 4096;     // positions per sequence
     int prefill_chunk = 2048;   // tokens per prefill step (also sizes the sliding-window rings)
     bool graphs = true;         // decode steps as CUDA graphs
-    bool cublaslt = true;       // prefill GEMMs through cuBLASLt (false: the skinny kernel everywhere)
     int64_t kv_pages = 0;       // pages of 64 positions for the full-attention layers: 0 = slots x
                                 // max_context; -1 = as many as fit in the free GPU memory (less 3 GiB)
+    bool cublaslt = true;       // prefill GEMMs through cuBLASLt (false: the skinny kernel everywhere)
   };
   GptOssCudaFp8(const GptOssWeights& w, const Options& opt);
   ~GptOssCudaFp8();
