@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "core/progress.h"
@@ -412,9 +413,9 @@ struct GptOssCudaFp8::Impl {
       for (int i = 0; i < T; ++i) pos[i] = len[slot] + i;
       set_rows(tokens.data() + i0, slots.data(), pos.data(), T);
       const int H = cfg.hidden, I = cfg.intermediate;
-      const bool lt_moe = opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
+      const bool lt_moe = opt.cublaslt && !std::getenv("OSPREY_FP8_NO_LT_MOE") && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
                           lt->available(4, H, I);
-      use_lt = opt.cublaslt;
+      use_lt = opt.cublaslt && !std::getenv("OSPREY_FP8_NO_LT_DENSE");
       layers_forward(T, lt_moe, 1);
       len[slot] += T;
       const bool last = i0 + T == tokens.size();

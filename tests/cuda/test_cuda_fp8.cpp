@@ -265,3 +265,41 @@ TEST(CudaFp8, PagedAttentionMatchesCpu) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// Scales that differ per token and per block (uniform random inputs give nearly equal block scales,
+// which would hide a scale-layout error): cuBLASLt against the CPU emulation, with the activation
+// scales as formats/fp8.h lays them out ([K/128][M]) and, for the diagnosis, transposed ([M][K/128]).
+TEST(CudaFp8, CublasLtScaleLayoutWithUnequalScales) {
+  const int M = 200, N = 384, K = 2880, KB = fp8::blocks(K);
+  auto w = randbf(size_t(N) * K, 70);
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) w[size_t(n) * K + k] = f32_to_bf16(bf16_to_f32(w[size_t(n) * K + k]) * float(1 << ((n / 128 + k / 128) % 5)));
+  fp8::Matrix W = cpu_quantize(w, N, K);
+  auto x = randf(size_t(M) * K, 71);
+  for (int t = 0; t < M; ++t)
+    for (int k = 0; k < K; ++k) x[size_t(t) * K + k] *= float(1 << ((t + 2 * (k / 128)) % 7));
+  std::vector<float> ref(size_t(M) * N);
+  cpu::f32_fp8w_matmul(x.data(), W.data(), W.scale(), W.scale_stride(), nullptr, ref.data(), M, N, K);
+  DevFp8 dW(W);
+  Dev<float> dx(x), xs(size_t(KB) * M), y(ref.size());
+  Dev<uint8_t> xq(x.size());
+  cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActSegments{nullptr, 1, M, M}, nullptr);
+  cuda::BlockFp8Gemm lt(nullptr);
+  lt.run(dW.q.p, dW.s.p, xq.p, xs.p, y.p, M, N, K);
+  const double err = rel_err(y.get(), ref);
+  auto s = xs.get();
+  std::vector<float> st(s.size());
+  for (int kb = 0; kb < KB; ++kb)
+    for (int t = 0; t < M; ++t) st[size_t(t) * KB + kb] = s[size_t(kb) * M + t];
+  Dev<float> xst(st), y2(ref.size());
+  lt.run(dW.q.p, dW.s.p, xq.p, xst.p, y2.p, M, N, K);
+  const double err_t = rel_err(y2.get(), ref);
+  std::printf("cuBLASLt VEC128 activation scales: [K/128][M] rel. error %.3e, [M][K/128] rel. error %.3e\n", err, err_t);
+  EXPECT_LT(err, 4e-3);
+}
+
+}  // namespace
+}  // namespace osprey
