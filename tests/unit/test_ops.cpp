@@ -210,3 +210,60 @@ INSTANTIATE_TEST_SUITE_P(AwkwardSizes, MatmulShapes,
 
 }  // namespace
 }  // namespace osprey
+
+#include "formats/fp8.h"
+
+namespace osprey {
+namespace {
+
+TEST(Fp8, E4m3RoundTripAndRounding) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    const float v = fp8::to_f32(uint8_t(c));
+    EXPECT_EQ(fp8::from_f32(v) & 0x7F, c & 0x7F) << c;
+  }
+  EXPECT_EQ(fp8::to_f32(0x7E), 448.0f);
+  EXPECT_EQ(fp8::from_f32(1e6f), 0x7E);          // saturates
+  EXPECT_EQ(fp8::from_f32(-1e6f), 0xFE);
+  EXPECT_EQ(fp8::to_f32(fp8::from_f32(1.0625f)), 1.0f);  // halfway between 1 and 1.125: to even
+  EXPECT_EQ(fp8::to_f32(fp8::from_f32(1.1875f)), 1.25f);
+  EXPECT_EQ(fp8::to_f32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+}
+
+TEST(Fp8, BlockScaledMatmulMatchesDequantizedReference) {
+  const int T = 3, N = 130, K = 2880;  // partial row block and a 64-column last block
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<float> w(size_t(N) * K), x(size_t(T) * K);
+  for (auto& f : w) f = u(rng);
+  for (auto& f : x) f = u(rng);
+  fp8::Matrix m;
+  m.allocate(1, N, K);
+  fp8::quantize_row_blocks(m, 0, 0, fp8::blocks(N), [&](int r, float* out) { std::copy_n(&w[size_t(r) * K], K, out); });
+  std::vector<uint8_t> xq(x.size());
+  std::vector<float> xs(size_t(fp8::blocks(K)) * T);
+  fp8::quantize_activations(x.data(), T, K, xq.data(), xs.data(), T);
+  std::vector<float> y(size_t(T) * N);
+  cpu::f32_fp8w_matmul(x.data(), m.data(), m.scale(), m.scale_stride(), nullptr, y.data(), T, N, K);
+  double worst = 0, err2 = 0, ex2 = 0;
+  for (int t = 0; t < T; ++t)
+    for (int n = 0; n < N; ++n) {
+      double ref = 0, exact = 0;
+      for (int k = 0; k < K; ++k) {
+        const double wd = fp8::to_f32(m.q[size_t(n) * K + k]) * m.scales[size_t(n / 128) * m.scale_stride() + k / 128];
+        const double xd = fp8::to_f32(xq[size_t(t) * K + k]) * xs[size_t(k / 128) * T + t];
+        ref += wd * xd;
+        exact += double(w[size_t(n) * K + k]) * x[size_t(t) * K + k];
+      }
+      worst = std::max(worst, std::abs(y[size_t(t) * N + n] - ref) / (std::abs(ref) + 1.0));
+      err2 += (ref - exact) * (ref - exact);
+      ex2 += exact * exact;
+    }
+  EXPECT_LT(worst, 1e-5);  // the kernel computes exactly the quantized product (fp32 sums)
+  const double werr = std::sqrt(err2 / ex2);
+  EXPECT_LT(werr, 0.1);    // and the quantization stays close to the unquantized one
+  EXPECT_GT(werr, 1e-4);   // ... but is not a no-op
+}
+
+}  // namespace
+}  // namespace osprey
