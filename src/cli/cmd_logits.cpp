@@ -10,7 +10,7 @@ namespace osprey::cli {
 void add_logits(CLI::App& app) {
   struct Args {
     std::string model, tokens, out, backend = "cpu", precision;
-    bool no_cublaslt = true;  // --cublaslt clears it
+    bool no_cublaslt = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits at every position as a float32 .npy [T, vocab]");
@@ -22,7 +22,8 @@ void add_logits(CLI::App& app) {
                   "cpu: fp32 (default: weights as stored, fp32 math) or fp8 (the emulation of the Hopper path); "
                   "cuda: fp8 (default), bf16, or fp32 (a check of the math)")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
-  cmd->add_flag("!--cublaslt", args->no_cublaslt, "cuda fp8: prefill GEMMs through cuBLASLt (experimental, see docs/PERF.md)");
+  cmd->add_flag("--no-cublaslt", args->no_cublaslt,
+                "cuda fp8: the skinny kernel for every GEMM (exact fp32 sums; the cross-check against --backend cpu --precision fp8)");
   cmd->callback([args] {
     std::vector<int32_t> tokens = parse_token_list(args->tokens);
     GptOssWeights w = GptOssWeights::load(args->model);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 
@@ -110,7 +111,7 @@ struct GptOssCudaFp8::Impl {
 
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
-  Dev<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id;
+  Dev<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active;
   Dev<float> x, h, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
   std::map<int, cudaGraphExec_t> graphs;
@@ -207,7 +208,7 @@ struct GptOssCudaFp8::Impl {
     const int R = rows_max, P = cuda::moe_rows_max(R, cfg.experts_per_token, E);
     const int R4 = fp8::round4(R);
     d_tok = Dev<int32_t>(R), d_slot = Dev<int32_t>(R), d_pos = Dev<int32_t>(R), d_out_id = Dev<int32_t>(R);
-    d_idx = Dev<int32_t>(size_t(R) * cfg.experts_per_token), d_seg = Dev<int32_t>(E + 1);
+    d_idx = Dev<int32_t>(size_t(R) * cfg.experts_per_token), d_seg = Dev<int32_t>(E + 1), d_active = Dev<int32_t>(E);
     d_row_token = Dev<int32_t>(P), d_pair_row = Dev<int32_t>(size_t(R) * cfg.experts_per_token);
     x = Dev<float>(size_t(R4) * H), h = Dev<float>(size_t(R4) * H), q = Dev<float>(size_t(R4) * Q);
     k = Dev<float>(size_t(R4) * KV), v = Dev<float>(size_t(R4) * KV), attn = Dev<float>(size_t(R4) * Q);
@@ -287,11 +288,15 @@ struct GptOssCudaFp8::Impl {
   // Dense GEMM y [T][N] (+)= x . W^T + bias, activations already quantized in `act` (ld = round4(T)).
   // cuBLASLt serves prefill chunks of 64+ rows; decode steps (graph-captured) use the skinny kernel.
   bool use_lt = false;
+  // Prefill of one slot (set by prefill(), -1 in decode steps): attention through flash_prefill.
+  int prefill_slot = -1, prefill_p0 = 0;
+  const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
   void dense(const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T, bool accumulate,
              float* tmp) {
     const int N = W.rows, K = W.cols;
     if (use_lt && T >= 64 && lt->available(fp8::round4(T), N, K)) {
       lt->run(W.data(), W.scale(), act.q.ptr, act.s.ptr, accumulate ? tmp : out, fp8::round4(T), N, K);
+      if (check_lt) compare_with_skinny(W, act, accumulate ? tmp : out, T, 0, "dense");
       if (accumulate) {
         cuda::add_bias(tmp, bias, T, N, stream);
         cuda::add_inplace(out, tmp, size_t(T) * N, stream);
@@ -303,6 +308,24 @@ struct GptOssCudaFp8::Impl {
     cuda::ActSegments sg{nullptr, 1, T, fp8::round4(T)};
     cuda::fp8_gemm_skinny(W.data(), W.scale(), W.stride(), bias, act.q.ptr, act.s.ptr, sg, out, N, accumulate, N, K, T,
                           stream);
+  }
+  // Debugging aid (OSPREY_FP8_CHECK_LT=1): recompute a cuBLASLt product with the skinny kernel and
+  // print the relative difference.
+  const bool check_lt = std::getenv("OSPREY_FP8_CHECK_LT") != nullptr;
+  void compare_with_skinny(const Fp8Weight& W, const ActBuf& act, const float* lt_out, int T, int e, const char* what,
+                           const float* xs = nullptr, const uint8_t* xq = nullptr) {
+    const int N = W.rows, K = W.cols;
+    Dev<float> ref(size_t(T) * N);
+    cuda::ActSegments sg{nullptr, 1, T, T % 4 ? fp8::round4(T) : T};
+    cuda::fp8_gemm_skinny(W.data(e), W.scale(e), W.stride(), nullptr, xq ? xq : act.q.ptr, xs ? xs : act.s.ptr, sg,
+                          ref.ptr, N, false, N, K, T, stream);
+    std::vector<float> a(size_t(T) * N), b(a.size());
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(a.data(), lt_out, a.size() * 4, cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(b.data(), ref.ptr, b.size() * 4, cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
+    std::fprintf(stderr, "check %s M=%d N=%d K=%d e=%d: rel %.3e\n", what, T, N, K, e, std::sqrt(num / (den + 1e-30)));
   }
   void quantize_dense(const float* src, ActBuf& act, int T, int K) {
     cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActSegments{nullptr, 1, T, fp8::round4(T)},
@@ -329,17 +352,21 @@ struct GptOssCudaFp8::Impl {
       cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_kv_heads, cfg.head_dim, stream);
       const cuda::KvLayerView kv = view(l);
       cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
-      cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, T, cfg.num_heads,
-                            L.sliding ? cfg.sliding_window : 0, scale, L.sliding ? 1 : attn_splits,
-                            split_scratch.ptr, stream);
+      if (prefill_slot >= 0 && cfg.head_dim == 64 && use_flash)
+        cuda::flash_prefill(kv, q.ptr, L.sinks.ptr, prefill_slot, prefill_p0, attn.ptr, T, cfg.num_heads,
+                            L.sliding ? cfg.sliding_window : 0, scale, stream);
+      else
+        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, T, cfg.num_heads,
+                              L.sliding ? cfg.sliding_window : 0, scale, L.sliding ? 1 : attn_splits,
+                              split_scratch.ptr, stream);
       quantize_dense(attn.ptr, act_attn, T, Q);
       dense(L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE.
       cuda::rmsnorm_to_f32(x.ptr, L.mlp_norm.ptr, h.ptr, T, H, eps, stream);
       cuda::linear_f32_small(L.router.ptr, h.ptr, L.router_bias.ptr, rlogits.ptr, T, E, H, stream);
       cuda::topk_softmax(rlogits.ptr, d_idx.ptr, rw.ptr, T, E, Kx, stream);
-      cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, stream);
-      const cuda::ActSegments sg{d_seg.ptr, E, P, 0};
+      cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr, stream);
+      const cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
       cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
       if (grouped_lt) {
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
@@ -352,6 +379,9 @@ struct GptOssCudaFp8::Impl {
         each_expert([&](int e, int r0, int n) {
           lt->run(L.mlp1.data(e), L.mlp1.scale(e), act_moe.q.ptr + size_t(r0) * H, act_moe.s.ptr + size_t(KBh) * r0,
                   t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
+          if (check_lt && l == 0 && e < 2)
+            compare_with_skinny(L.mlp1, act_moe, t1.ptr + size_t(r0) * 2 * I, n, e, "mlp1", act_moe.s.ptr + size_t(KBh) * r0,
+                                act_moe.q.ptr + size_t(r0) * H);
         });
         cuda::moe_bias_swiglu(t1.ptr, L.b1.ptr, sg, a.ptr, seg_host[E], I, float(cfg.swiglu_alpha),
                               float(cfg.swiglu_limit), stream);
@@ -416,7 +446,9 @@ struct GptOssCudaFp8::Impl {
       const bool lt_moe = opt.cublaslt && !std::getenv("OSPREY_FP8_NO_LT_MOE") && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
                           lt->available(4, H, I);
       use_lt = opt.cublaslt && !std::getenv("OSPREY_FP8_NO_LT_DENSE");
+      prefill_slot = slot, prefill_p0 = len[slot];
       layers_forward(T, lt_moe, 1);
+      prefill_slot = -1;
       len[slot] += T;
       const bool last = i0 + T == tokens.size();
       if (all_logits) {

@@ -26,10 +26,10 @@ for p in parity-a parity-b tiny; do $B synth --preset $p --seed 7 --out $M/$p --
 python3 - "$B" "$M" <<'PY' 2>&1 | tee $OUT/correctness.log
 import subprocess, sys, numpy as np
 B, M = sys.argv[1], sys.argv[2]
-def logits(model, toks, backend, prec):
+def logits(model, toks, backend, prec, extra=()):
     out = f"/tmp/l_{backend}_{prec}.npy"
     subprocess.run([B, "--threads", "16", "logits", "--backend", backend, "--precision", prec, "--model", model,
-                    "--tokens", ",".join(map(str, toks)), "--out", out], check=True, stderr=subprocess.DEVNULL)
+                    "--tokens", ",".join(map(str, toks)), "--out", out, *extra], check=True, stderr=subprocess.DEVNULL)
     return np.load(out).astype(np.float64)
 def compare(name, a, ref, what):
     rel = np.linalg.norm(a - ref, axis=1) / np.linalg.norm(ref, axis=1)
@@ -48,6 +48,9 @@ for name, vocab, T in shapes:
     e8 = logits(f"{M}/{name}", toks, "cpu", "fp8")
     g8 = logits(f"{M}/{name}", toks, "cuda", "fp8")
     gb = logits(f"{M}/{name}", toks, "cuda", "bf16")
+    gs = logits(f"{M}/{name}", toks, "cuda", "fp8", ["--no-cublaslt"])
+    compare(name, gs, e8, "CUDA fp8, skinny GEMMs only, vs CPU fp8 emulation")
+    compare(name, g8, gs, "CUDA fp8 with cuBLASLt prefill GEMMs vs skinny only")
     compare(name, g8, e8, "CUDA fp8 vs CPU fp8 emulation")
     compare(name, g8, f32, "CUDA fp8 vs CPU fp32 (the price of FP8)")
     compare(name, e8, f32, "CPU fp8 emulation vs CPU fp32")

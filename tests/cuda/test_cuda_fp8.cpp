@@ -138,8 +138,15 @@ TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
   auto bias = randbf(size_t(E) * N, 37);
   auto x = randf(size_t(T) * K, 38, 2.0f);
   const int P = cuda::moe_rows_max(T, k, E);
-  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size());
-  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, nullptr);
+  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
+  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  {
+    auto act = active.get();
+    std::vector<int32_t> want;
+    for (int e = 0; e < E; ++e)
+      if (std::count(idx.begin(), idx.end(), e)) want.push_back(e);
+    for (size_t i = 0; i < std::min<size_t>(E, idx.size()); ++i) EXPECT_EQ(act[i], i < want.size() ? want[i] : -1);
+  }
   auto hseg = seg.get();
   auto hrow = row_token.get();
   auto hpair = pair_row.get();
@@ -154,7 +161,7 @@ TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
   Dev<bf16> db(bias);
   Dev<float> dx(x), xs(size_t(P) * fp8::blocks(K) + 64), y(size_t(P) * N);
   Dev<uint8_t> xq(size_t(P) * K);
-  const cuda::ActSegments sg{seg.p, E, P, 0};
+  const cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
   cuda::quantize_act_1x128(dx.p, row_token.p, P, K, xq.p, xs.p, sg, nullptr);
   cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, false, N, K,
                         fp8::round4(T), nullptr);
@@ -258,6 +265,50 @@ void PagedAttentionCase(int heads, int kvh, int d) {
   }
 }
 
+// flash_prefill (BF16 Q and P on the tensor cores) against the CPU attention: a prompt of T tokens
+// continuing a sequence of p0 positions, full (paged, shuffled pages) and sliding (ring).
+void FlashCase(int T, int p0, int window) {
+  const int heads = 64, kvh = 8, d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
+  std::vector<float> K = randf(size_t(len) * kvh * d, 80, 2.0f), V = randf(size_t(len) * kvh * d, 81);
+  for (auto& f : K) f = bf16_to_f32(f32_to_bf16(f));
+  for (auto& f : V) f = bf16_to_f32(f32_to_bf16(f));
+  std::vector<int32_t> table(2 * max_pages, 0), perm(max_pages);
+  std::iota(perm.begin(), perm.end(), 1);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(82));
+  for (int i = 0; i < max_pages; ++i) table[max_pages + i] = perm[i];  // slot 1
+  const int rows_cap = window ? 2 * ring : (max_pages + 1) * cuda::kPage;
+  Dev<bf16> kc(size_t(rows_cap) * kvh * d), vc(size_t(rows_cap) * kvh * d);
+  Dev<int32_t> dt(table);
+  cuda::KvLayerView L;
+  L.k = as_dev_bf16(kc), L.v = as_dev_bf16(vc), L.kv_heads = kvh, L.d = d;
+  if (window) L.ring = ring;
+  else L.page_table = dt.p, L.max_pages = max_pages;
+  const int first = window ? std::max(0, len - ring) : 0, n = len - first;
+  std::vector<int32_t> ss(n, 1), pp(n);
+  std::iota(pp.begin(), pp.end(), first);
+  std::vector<float> ks(K.begin() + size_t(first) * kvh * d, K.end()), vs(V.begin() + size_t(first) * kvh * d, V.end());
+  Dev<float> dk(ks), dv(vs);
+  Dev<int32_t> dss(ss), dpp(pp);
+  cuda::kv_write(L, dk.p, dv.p, dss.p, dpp.p, n, nullptr);
+  auto q = randf(size_t(T) * heads * d, 83, 2.0f);
+  auto sinks = randbf(heads, 84, 2.0f);
+  Dev<float> dq(q), out(q.size());
+  Dev<bf16> ds(sinks);
+  cuda::flash_prefill(L, dq.p, as_dev_bf16(ds), 1, p0, out.p, T, heads, window, 0.125f, nullptr);
+  std::vector<int32_t> pos(T);
+  std::iota(pos.begin(), pos.end(), p0);
+  std::vector<float> ref(q.size());
+  HostKv kv(K, V, kvh, d);
+  cpu::f32_bf16sink_attention(q.data(), pos.data(), kv, sinks.data(), ref.data(), T,
+                              {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
+  EXPECT_LT(rel_err(out.get(), ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window;
+}
+
+TEST(CudaFp8, FlashPrefillMatchesCpu) {
+  for (int window : {0, 128})
+    for (auto [T, p0] : {std::pair{1, 0}, {3, 0}, {129, 0}, {200, 77}, {1000, 0}}) FlashCase(T, p0, window);
+}
+
 TEST(CudaFp8, PagedAttentionMatchesCpu) {
   PagedAttentionCase(64, 8, 64);  // gpt-oss
   PagedAttentionCase(4, 2, 16);   // the tiny model's heads
@@ -299,6 +350,46 @@ TEST(CudaFp8, CublasLtScaleLayoutWithUnequalScales) {
   const double err_t = rel_err(y2.get(), ref);
   std::printf("cuBLASLt VEC128 activation scales: [K/128][M] rel. error %.3e, [M][K/128] rel. error %.3e\n", err, err_t);
   EXPECT_LT(err, 4e-3);
+}
+
+}  // namespace
+}  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// As the model calls it: one activation buffer, several weights (two of one shape, so they share a
+// cached plan), back to back on a non-blocking stream, small K with a partial block. Unequal scales.
+TEST(CudaFp8, CublasLtSequenceOnAStream) {
+  cudaStream_t st;
+  OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (auto [M, K] : {std::pair{200, 160}, {200, 2880}}) {
+    const int Ns[3] = {128, 64, 64};
+    auto x = randf(size_t(M) * K, 90);
+    for (int t = 0; t < M; ++t)
+      for (int k = 0; k < K; ++k) x[size_t(t) * K + k] *= float(1 << ((t + k / 128) % 5));
+    Dev<float> dx(x), xs(size_t(fp8::blocks(K)) * M);
+    Dev<uint8_t> xq(x.size());
+    cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActSegments{nullptr, 1, M, M}, st);
+    cuda::BlockFp8Gemm lt(st);
+    std::vector<fp8::Matrix> Ws;
+    std::vector<std::unique_ptr<DevFp8>> dWs;
+    std::vector<std::unique_ptr<Dev<float>>> ys;
+    for (int i = 0; i < 3; ++i) {
+      auto w = randbf(size_t(Ns[i]) * K, 91 + i, float(1 + 3 * i));
+      Ws.push_back(cpu_quantize(w, Ns[i], K));
+      dWs.push_back(std::make_unique<DevFp8>(Ws.back()));
+      ys.push_back(std::make_unique<Dev<float>>(size_t(M) * Ns[i]));
+    }
+    ASSERT_TRUE(lt.available(M, Ns[0], K) && lt.available(M, Ns[1], K));
+    for (int i = 0; i < 3; ++i) lt.run(dWs[i]->q.p, dWs[i]->s.p, xq.p, xs.p, ys[i]->p, M, Ns[i], K);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> ref(size_t(M) * Ns[i]);
+      cpu::f32_fp8w_matmul(x.data(), Ws[i].data(), Ws[i].scale(), Ws[i].scale_stride(), nullptr, ref.data(), M, Ns[i], K);
+      EXPECT_LT(rel_err(ys[i]->get(), ref), 4e-3) << "M " << M << " K " << K << " weight " << i;
+    }
+  }
+  cudaStreamDestroy(st);
 }
 
 }  // namespace

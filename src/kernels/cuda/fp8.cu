@@ -130,7 +130,9 @@ __global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restri
                                                          ActSegments sg, float* __restrict__ y, int y_ld,
                                                          bool accumulate, int N, int K) {
   __shared__ float red[4][NT][4][32];
-  const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = sg.active ? sg.active[blockIdx.y] : blockIdx.y;
+  if (e < 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int s0 = sg.seg ? sg.seg[e] : 0, s1 = sg.seg ? sg.seg[e + 1] : sg.rows;
   const int n0 = blockIdx.x * 16;
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restri
 
 // Counting sort of (token, choice) pairs by expert; each expert's run padded to a multiple of 4.
 __global__ void moe_sort_kernel(const int32_t* idx, int P, int k, int E, int32_t* seg, int32_t* row_token,
-                                int32_t* pair_row) {
+                                int32_t* pair_row, int32_t* active) {
   extern __shared__ int sh[];
   int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
@@ -224,7 +226,12 @@ __global__ void moe_sort_kernel(const int32_t* idx, int P, int k, int E, int32_t
   __syncthreads();
   if (threadIdx.x == 0) {
     base[0] = 0;
-    for (int e = 0; e < E; ++e) base[e + 1] = base[e] + round4(cnt[e]);
+    int na = 0;
+    for (int e = 0; e < E; ++e) {
+      base[e + 1] = base[e] + round4(cnt[e]);
+      if (cnt[e]) active[na++] = e;
+    }
+    for (; na < min(E, P); ++na) active[na] = -1;
   }
   __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
@@ -303,7 +310,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
                      int rows_per_seg_max, cudaStream_t st) {
   if (K % 16) fail_plain("fp8_gemm_skinny: K must be a multiple of 16 (got " + std::to_string(K) + ")");
   if (!sg.seg && sg.rows == 0) return;
-  dim3 grid(unsigned((N + 15) / 16), unsigned(sg.seg ? sg.n : 1));
+  dim3 grid(unsigned((N + 15) / 16), unsigned(!sg.seg ? 1 : sg.active ? sg.active_max : sg.n));
   if (rows_per_seg_max <= 8)
     fp8_skinny_kernel<1><<<grid, 128, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
   else if (rows_per_seg_max <= 16)
@@ -314,8 +321,8 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
 }
 
 void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,
-              cudaStream_t st) {
-  moe_sort_kernel<<<1, 1024, (3 * E + 1) * sizeof(int), st>>>(idx, T * k, k, E, seg, row_token, pair_row);
+              int32_t* active, cudaStream_t st) {
+  moe_sort_kernel<<<1, 1024, (3 * E + 1) * sizeof(int), st>>>(idx, T * k, k, E, seg, row_token, pair_row, active);
   check_launch();
 }
 

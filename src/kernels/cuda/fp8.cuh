@@ -19,6 +19,10 @@ void quantize_mxfp4_block128(const uint8_t* blocks, const uint8_t* e8m0, int row
 struct ActSegments {
   const int32_t* seg = nullptr;  // device [n + 1]; null: one dense matrix of `rows` rows, scales [KB][ld]
   int n = 1, rows = 0, ld = 0;
+  // Optional (grouped GEMMs): the segments that have rows, in order, -1 after the last; the GEMM
+  // then launches `active_max` segment slots instead of n (a decode step touches few experts).
+  const int32_t* active = nullptr;
+  int active_max = 0;
 };
 
 // Activations x [.][K] fp32 -> codes q [rows][K] and scales (1x128 blocks). Row r reads x row
@@ -38,8 +42,9 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
 // MoE routing, sorted by expert with every expert's run padded to a multiple of 4 rows:
 // idx [T][k] -> seg [E+1] (padded offsets), row_token [T*k + 4E] (token of each sorted row, -1 for
 // padding), pair_row [T][k] (the sorted row of each (token, choice)). One block; no host sync.
+// active [min(E, T*k)]: the experts with rows, in order, then -1.
 void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,
-              cudaStream_t st);
+              int32_t* active, cudaStream_t st);
 inline int moe_rows_max(int T, int k, int E) { return T * k + 4 * E; }
 
 // t [rows][2I] (+ bias b1 of the row's expert when b1 != null) -> clamped SwiGLU a [rows][I] fp32.

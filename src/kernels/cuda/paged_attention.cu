@@ -169,3 +169,178 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
 }
 
 }  // namespace osprey::cuda
+
+// ---- Tensor-core prefill (flash_prefill) ----
+
+namespace osprey::cuda {
+
+namespace {
+
+constexpr int kFaRows = 64, kFaKeys = 64, kFaD = 64, kFaPad = 72;  // smem rows padded: conflict-free fragments
+
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Block: 4 warps x 16 rows; row r -> token t0 + r / group, head g * group + r % group.
+__global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const float* __restrict__ q,
+                                                            const bf16* __restrict__ sinks, int slot, int p0,
+                                                            float* __restrict__ out, int T, int heads, int window,
+                                                            float scale) {
+  __shared__ __align__(16) bf16 Ks[kFaKeys][kFaPad];
+  __shared__ __align__(16) bf16 Vt[kFaD][kFaPad];
+  const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
+  const int t0 = blockIdx.y * tokens_per_block;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int kvn = L.kv_heads * kFaD;
+  // This thread's two rows.
+  int pos_r[2], head_r[2], tok_r[2];
+  bool valid_r[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    tok_r[i] = t0 + r / group;
+    head_r[i] = g_kv * group + r % group;
+    valid_r[i] = r < tokens_per_block * group && tok_r[i] < T;
+    pos_r[i] = p0 + (valid_r[i] ? tok_r[i] : 0);
+  }
+  // Q fragments (A operand, 16 rows x 64 dims = 4 k-steps), bf16.
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {  // dims ks*16 + 2c (+8)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // rows g, g+8
+        float2 v = make_float2(0.f, 0.f);
+        if (valid_r[i]) v = *reinterpret_cast<const float2*>(q + (size_t(tok_r[i]) * heads + head_r[i]) * kFaD + ks * 16 + 2 * c + 8 * hi);
+        qa[ks][hi * 2 + i] = pack_bf16(v.x, v.y);
+      }
+    }
+  float m[2], l[2], acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    m[i] = __bfloat162float(sinks[head_r[i]]);  // the sink: exp(sink - m) = 1 with m = sink
+    l[i] = 0.0f;                                // this thread's share; the quad's shares add up, + 1 for the sink
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
+  const int last_tok = min(T, t0 + tokens_per_block) - 1;
+  const int key_end = p0 + last_tok;  // inclusive
+  const int key_begin = window > 0 ? max(0, p0 + t0 - window + 1) : 0;
+  for (int j0 = (key_begin / kFaKeys) * kFaKeys; j0 <= key_end; j0 += kFaKeys) {
+    // Load the K tile and the transposed V tile (zeros outside [key_begin, key_end]).
+    for (int p = threadIdx.x; p < kFaKeys * kFaD / 8; p += blockDim.x) {
+      const int key = p / (kFaD / 8), d0 = (p % (kFaD / 8)) * 8, j = j0 + key;
+      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+      if (j >= key_begin && j <= key_end) {
+        const size_t row = kv_row(L, slot, j) * kvn + size_t(g_kv) * kFaD + d0;
+        kv4 = *reinterpret_cast<const uint4*>(L.k + row);
+        vv4 = *reinterpret_cast<const uint4*>(L.v + row);
+      }
+      *reinterpret_cast<uint4*>(&Ks[key][d0]) = kv4;
+      const bf16* vb = reinterpret_cast<const bf16*>(&vv4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) Vt[d0 + i][key] = vb[i];
+    }
+    __syncthreads();
+    // S = Q K^T (16 rows x 64 keys per warp).
+    float sc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sc[n][j] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&Ks[n * 8 + g][ks * 16 + 2 * c]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&Ks[n * 8 + g][ks * 16 + 2 * c + 8]);
+        mma_bf16(sc[n], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+      }
+    }
+    // Mask, scale, online softmax (rows g: sc[.][0..1], g+8: sc[.][2..3]).
+    float tmax[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = j >> 1, key = j0 + n * 8 + 2 * c + (j & 1);
+        const bool ok = valid_r[i] && key <= pos_r[i] && key >= key_begin && (window == 0 || pos_r[i] - key < window);
+        sc[n][j] = ok ? sc[n][j] * scale : -INFINITY;
+        tmax[i] = fmaxf(tmax[i], sc[n][j]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
+      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
+      const float m_new = fmaxf(m[i], tmax[i]);
+      corr[i] = __expf(m[i] - m_new);
+      m[i] = m_new;
+      l[i] *= corr[i];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = j >> 1;
+        sc[n][j] = __expf(sc[n][j] - m[i]);  // masked: exp(-inf) = 0
+        l[i] += sc[n][j];
+        acc[n][j] *= corr[i];
+      }
+    // O += P V (P as the A operand straight from the S fragments).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t a0 = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), a1 = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+      const uint32_t a2 = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), a3 = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&Vt[n * 8 + g][kk * 16 + 2 * c]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&Vt[n * 8 + g][kk * 16 + 2 * c + 8]);
+        mma_bf16(acc[n], a0, a1, a2, a3, b0, b1);
+      }
+    }
+    __syncthreads();
+  }
+  // Finish: the quad's shares of l, + the sink's exp(sink - m).
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] += __expf(__bfloat162float(sinks[head_r[i]]) - m[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!valid_r[i]) continue;
+    float* op = out + (size_t(tok_r[i]) * heads + head_r[i]) * kFaD;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(op + n * 8 + 2 * c) = make_float2(acc[n][2 * i] / l[i], acc[n][2 * i + 1] / l[i]);
+  }
+}
+
+}  // namespace
+
+void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
+                   int heads, int window, float scale, cudaStream_t s) {
+  if (T == 0) return;
+  if (L.d != kFaD) fail_plain("flash_prefill: head_dim must be 64");
+  const int group = heads / L.kv_heads;
+  if (heads % L.kv_heads || group > kFaRows) fail_plain("flash_prefill: unsupported head grouping");
+  const int per_block = kFaRows / group;
+  dim3 grid(unsigned(L.kv_heads), unsigned((T + per_block - 1) / per_block));
+  flash_prefill_kernel<<<grid, 128, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale);
+  OSPREY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace osprey::cuda

@@ -31,4 +31,12 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
                      cudaStream_t s);
 
+// Prefill of one sequence on the tensor cores (FlashAttention-2 style, mma.sync BF16, fp32
+// softmax state): queries of tokens 0..T-1 at positions p0.., all already written to the cache of
+// `slot`. A block takes 64 query rows = (64 / group) tokens x the group of query heads that share
+// one KV head, so each K/V tile is loaded once for the group. Q and P enter the tensor cores as
+// BF16 (the CUDA-core paged_attention keeps them fp32). The sink starts each row's running max.
+void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
+                   int heads, int window, float scale, cudaStream_t s);
+
 }  // namespace osprey::cuda
