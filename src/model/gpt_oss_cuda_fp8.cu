@@ -68,7 +68,9 @@ struct Fp8Weight {
 
 struct Layer {
   bool sliding = false;
-  Fp8Weight q, k, v, o, mlp1, mlp2;
+  bool fused_qkv = false;  // q, k, v as one [Q + 2 KV][H] weight (when their row counts are multiples of 128)
+  Fp8Weight qkv, q, k, v, o, mlp1, mlp2;
+  Dev<cuda::bf16> qkv_bias;
   Dev<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
   Dev<float> router;  // [E][H] fp32 (routing as on the CPU)
 };
@@ -112,7 +114,7 @@ struct GptOssCudaFp8::Impl {
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
   Dev<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active;
-  Dev<float> x, h, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
+  Dev<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
   std::map<int, cudaGraphExec_t> graphs;
 
@@ -133,6 +135,24 @@ struct GptOssCudaFp8::Impl {
     cuda::quantize_bf16_block128(staging.ptr, src.rows, src.cols, dst.q.ptr, dst.s.ptr, dst.stride(), stream);
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
+  }
+  // q, k, v stacked into one weight: block-aligned stacking quantizes exactly as separately.
+  void convert_qkv(Layer& d, const GptOssLayerWeights& L, Dev<cuda::bf16>& staging) {
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), N = Q + 2 * KV;
+    d.qkv.allocate(1, N, H);
+    const size_t n = size_t(N) * H;
+    if (staging.n < n) staging = Dev<cuda::bf16>(n);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr, L.q.w, size_t(Q) * H * 2, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr + size_t(Q) * H, L.k.w, size_t(KV) * H * 2, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr + size_t(Q + KV) * H, L.v.w, size_t(KV) * H * 2, cudaMemcpyHostToDevice, stream));
+    cuda::quantize_bf16_block128(staging.ptr, N, H, d.qkv.q.ptr, d.qkv.s.ptr, d.qkv.stride(), stream);
+    std::vector<bf16> b(N);
+    std::copy_n(L.q_bias, Q, b.begin());
+    std::copy_n(L.k_bias, KV, b.begin() + Q);
+    std::copy_n(L.v_bias, KV, b.begin() + Q + KV);
+    d.qkv_bias = upload_bf16(b.data(), N);
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    weight_bytes += double(d.qkv.q.n) + 4.0 * d.qkv.s.n;
   }
   void convert_experts(Fp8Weight& dst, const Mxfp4Experts& src, Dev<uint8_t>& blocks, Dev<uint8_t>& scales) {
     dst.allocate(src.experts, src.rows, src.cols);
@@ -183,9 +203,14 @@ struct GptOssCudaFp8::Impl {
       std::vector<float> r(size_t(E) * H);
       for (size_t i = 0; i < r.size(); ++i) r[i] = bf16_to_f32(L.router.w[i]);
       d.router = upload(r.data(), r.size());
-      convert_dense(d.q, L.q, staging);
-      convert_dense(d.k, L.k, staging);
-      convert_dense(d.v, L.v, staging);
+      d.fused_qkv = Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0;
+      if (d.fused_qkv) {
+        convert_qkv(d, L, staging);
+      } else {
+        convert_dense(d.q, L.q, staging);
+        convert_dense(d.k, L.k, staging);
+        convert_dense(d.v, L.v, staging);
+      }
       convert_dense(d.o, L.o, staging);
       convert_experts(d.mlp1, L.mlp1, blocks, scales);
       convert_experts(d.mlp2, L.mlp2, blocks, scales);
@@ -211,6 +236,7 @@ struct GptOssCudaFp8::Impl {
     d_idx = Dev<int32_t>(size_t(R) * cfg.experts_per_token), d_seg = Dev<int32_t>(E + 1), d_active = Dev<int32_t>(E);
     d_row_token = Dev<int32_t>(P), d_pair_row = Dev<int32_t>(size_t(R) * cfg.experts_per_token);
     x = Dev<float>(size_t(R4) * H), h = Dev<float>(size_t(R4) * H), q = Dev<float>(size_t(R4) * Q);
+    qkv = Dev<float>(size_t(R4) * (Q + 2 * KV));
     k = Dev<float>(size_t(R4) * KV), v = Dev<float>(size_t(R4) * KV), attn = Dev<float>(size_t(R4) * Q);
     rlogits = Dev<float>(size_t(R) * E), rw = Dev<float>(size_t(R) * cfg.experts_per_token);
     t1 = Dev<float>(size_t(P) * 2 * I), a = Dev<float>(size_t(P) * I), y = Dev<float>(size_t(P) * H);
@@ -343,13 +369,18 @@ struct GptOssCudaFp8::Impl {
     std::vector<int32_t> seg_host(E + 1);
     for (int l = 0; l < cfg.num_layers; ++l) {
       Layer& L = layers[l];
-      cuda::rmsnorm_to_f32(x.ptr, L.attn_norm.ptr, h.ptr, T, H, eps, stream);
-      quantize_dense(h.ptr, act_h, T, H);
-      dense(L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
-      dense(L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
-      dense(L.v, L.v_bias.ptr, act_h, v.ptr, T, false, nullptr);
-      cuda::rope(q.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.head_dim, stream);
-      cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_kv_heads, cfg.head_dim, stream);
+      cuda::rmsnorm_quantize(x.ptr, L.attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, fp8::round4(T), nullptr, stream);
+      if (L.fused_qkv) {
+        dense(L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
+        cuda::qkv_split_rope(qkv.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.num_kv_heads,
+                             cfg.head_dim, q.ptr, k.ptr, v.ptr, stream);
+      } else {
+        dense(L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
+        dense(L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
+        dense(L.v, L.v_bias.ptr, act_h, v.ptr, T, false, nullptr);
+        cuda::rope(q.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.head_dim, stream);
+        cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_kv_heads, cfg.head_dim, stream);
+      }
       const cuda::KvLayerView kv = view(l);
       cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
       if (prefill_slot >= 0 && cfg.head_dim == 64 && use_flash)
@@ -408,8 +439,8 @@ struct GptOssCudaFp8::Impl {
   // Final norm + unembedding of rows [first, T) of x into `out` [T - first][vocab].
   void unembed_rows(int first, int T, float* out) {
     const int H = cfg.hidden, n = T - first;
-    cuda::rmsnorm_to_f32(x.ptr + size_t(first) * H, final_norm.ptr, h.ptr, n, H, float(cfg.rms_norm_eps), stream);
-    quantize_dense(h.ptr, act_h, n, H);
+    cuda::rmsnorm_quantize(x.ptr + size_t(first) * H, final_norm.ptr, n, H, float(cfg.rms_norm_eps), act_h.q.ptr,
+                           act_h.s.ptr, fp8::round4(n), nullptr, stream);
     dense(unembed, nullptr, act_h, out, n, false, nullptr);
   }
 

@@ -394,3 +394,49 @@ TEST(CudaFp8, CublasLtSequenceOnAStream) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST_P(Fp8Tokens, RmsNormQuantizeEqualsTheTwoKernels) {
+  const int T = GetParam(), H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
+  auto x = randf(size_t(T) * H, 100, 4.0f);
+  auto g = randbf(H, 101);
+  Dev<float> dx(x), h(x.size()), s1(size_t(KB) * ld), s2(size_t(KB) * ld), hout(x.size());
+  Dev<bf16> dg(g);
+  Dev<uint8_t> q1(x.size()), q2(x.size());
+  cuda::rmsnorm_to_f32(dx.p, as_dev_bf16(dg), h.p, T, H, 1e-5f, nullptr);
+  cuda::quantize_act_1x128(h.p, nullptr, T, H, q1.p, s1.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
+  cuda::rmsnorm_quantize(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q2.p, s2.p, ld, hout.p, nullptr);
+  EXPECT_EQ(q1.get(), q2.get());
+  auto a = s1.get(), b = s2.get();
+  for (int kb = 0; kb < KB; ++kb)
+    for (int t = 0; t < T; ++t) ASSERT_EQ(a[size_t(kb) * ld + t], b[size_t(kb) * ld + t]);
+  EXPECT_EQ(h.get(), hout.get());
+}
+
+TEST_P(Fp8Tokens, QkvSplitRopeEqualsRope) {
+  const int T = GetParam(), heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d;
+  auto qkv = randf(size_t(T) * W, 102, 3.0f);
+  std::vector<float> q(size_t(T) * heads * d), k(size_t(T) * kvh * d), v(k.size());
+  for (int t = 0; t < T; ++t) {
+    std::copy_n(&qkv[size_t(t) * W], heads * d, &q[size_t(t) * heads * d]);
+    std::copy_n(&qkv[size_t(t) * W + heads * d], kvh * d, &k[size_t(t) * kvh * d]);
+    std::copy_n(&qkv[size_t(t) * W + (heads + kvh) * d], kvh * d, &v[size_t(t) * kvh * d]);
+  }
+  std::vector<int32_t> pos(T);
+  for (int t = 0; t < T; ++t) pos[t] = 1000 + 37 * t;
+  std::vector<float> inv(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(150000.0f, -2.0f * i / d);
+  Dev<float> dqkv(qkv), dq(q), dk(k), q2(q.size()), k2(k.size()), v2(v.size()), dinv(inv);
+  Dev<int32_t> dpos(pos);
+  cuda::rope(dq.p, dpos.p, dinv.p, 1.3f, T, heads, d, nullptr);
+  cuda::rope(dk.p, dpos.p, dinv.p, 1.3f, T, kvh, d, nullptr);
+  cuda::qkv_split_rope(dqkv.p, dpos.p, dinv.p, 1.3f, T, heads, kvh, d, q2.p, k2.p, v2.p, nullptr);
+  EXPECT_EQ(dq.get(), q2.get());
+  EXPECT_EQ(dk.get(), k2.get());
+  EXPECT_EQ(v, v2.get());
+}
+
+}  // namespace
+}  // namespace osprey

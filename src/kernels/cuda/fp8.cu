@@ -107,6 +107,51 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
+// RMSNorm of row blockIdx.x (the reduction of rmsnorm_to_f32, so the values are identical), then
+// 1x128 quantization of the normalized row (dense scale layout, ld); optionally the fp32 row too.
+__global__ void rmsnorm_quant_kernel(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
+                                     float* h_out) {
+  extern __shared__ float row[];
+  __shared__ float part[32];
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* xt = x + size_t(t) * H;
+  float ss = 0;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xt[i] * xt[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float r = rsqrtf(part[0] / H + eps);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = __bfloat162float(gain[i]) * (xt[i] * r);
+    row[i] = v;
+    if (h_out) h_out[size_t(t) * H + i] = v;
+  }
+  __syncthreads();
+  const int KB = (H + kB - 1) / kB;
+  for (int kb = warp; kb < KB; kb += blockDim.x >> 5) {
+    float v[4], amax = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = kb * kB + lane * 4 + i;
+      v[i] = c < H ? row[c] : 0.0f;
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+    const float sc = block_scale(warp_max(amax));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = kb * kB + lane * 4 + i;
+      if (c < H) q[size_t(t) * H + c] = e4m3(v[i] / sc);
+    }
+    if (lane == 0) s[size_t(kb) * ld + t] = sc;
+  }
+}
+
 __device__ inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                 uint32_t b1) {
   asm volatile(
@@ -120,16 +165,18 @@ __device__ inline uint4 load16(const uint8_t* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-// Block: 16 weight rows, its 4 warps splitting K by 128-blocks (summed in a fixed order through
+constexpr int kSkinnyWarps = 8;
+
+// Block: 16 weight rows, its 8 warps splitting K by 128-blocks (summed in a fixed order through
 // shared memory, so results do not depend on timing); blockIdx.y = segment. Each pass covers NT
 // tiles of 8 rows. Per 128-block a thread has 4 weight loads and 2 per tile in flight.
 template <int NT>
-__global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
+__global__ void __launch_bounds__(kSkinnyWarps * 32) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
                                                          int ws_stride, const bf16* __restrict__ bias,
                                                          const uint8_t* __restrict__ x, const float* __restrict__ xs,
                                                          ActSegments sg, float* __restrict__ y, int y_ld,
                                                          bool accumulate, int N, int K) {
-  __shared__ float red[4][NT][4][32];
+  __shared__ float red[kSkinnyWarps][NT][4][32];
   const int e = sg.active ? sg.active[blockIdx.y] : blockIdx.y;
   if (e < 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -137,7 +184,7 @@ __global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restri
   const int s0 = sg.seg ? sg.seg[e] : 0, s1 = sg.seg ? sg.seg[e + 1] : sg.rows;
   const int n0 = blockIdx.x * 16;
   if (s1 <= s0 || n0 >= N) return;  // uniform over the block
-  const int KB = (K + kB - 1) / kB, per_warp = (KB + 3) / 4;
+  const int KB = (K + kB - 1) / kB, per_warp = (KB + kSkinnyWarps - 1) / kSkinnyWarps;
   const int kb0 = min(KB, warp * per_warp), kb1 = min(KB, kb0 + per_warp);
   const int sld = sg.seg ? s1 - s0 : sg.ld;  // scales of this segment: [KB][sld] at sbase
   const size_t sbase = sg.seg ? size_t(KB) * s0 : 0;
@@ -202,7 +249,9 @@ __global__ void __launch_bounds__(128) fp8_skinny_kernel(const uint8_t* __restri
         const int r0 = base + t * 8 + 2 * c;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float v = ((red[0][t][i][lane] + red[1][t][i][lane]) + red[2][t][i][lane]) + red[3][t][i][lane];
+          float v = red[0][t][i][lane];
+#pragma unroll
+          for (int w = 1; w < kSkinnyWarps; ++w) v += red[w][t][i][lane];
           const int r = r0 + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
           if (r < s1 && n < N) {
             float* out = y + size_t(r) * y_ld + n;
@@ -270,7 +319,7 @@ __global__ void moe_bias_swiglu_kernel(const float* t, const bf16* b1, ActSegmen
 __global__ void moe_combine_sorted_kernel(float* x, const float* y, const int32_t* pair_row, const float* w,
                                           const int32_t* idx, const bf16* b2, int k, int H) {
   const int t = blockIdx.x;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
     float s = 0;
     for (int j = 0; j < k; ++j) {
       float v = y[size_t(pair_row[t * k + j]) * H + i];
@@ -297,6 +346,13 @@ void quantize_mxfp4_block128(const uint8_t* blocks, const uint8_t* e8m0, int row
   check_launch();
 }
 
+void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
+                      float* h_out, cudaStream_t st) {
+  if (T == 0) return;
+  rmsnorm_quant_kernel<<<T, 256, H * sizeof(float), st>>>(x, gain, H, eps, q, s, ld, h_out);
+  check_launch();
+}
+
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActSegments sg,
                         cudaStream_t st) {
   if (rows == 0) return;
@@ -312,11 +368,11 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   if (!sg.seg && sg.rows == 0) return;
   dim3 grid(unsigned((N + 15) / 16), unsigned(!sg.seg ? 1 : sg.active ? sg.active_max : sg.n));
   if (rows_per_seg_max <= 8)
-    fp8_skinny_kernel<1><<<grid, 128, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
+    fp8_skinny_kernel<1><<<grid, kSkinnyWarps * 32, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
   else if (rows_per_seg_max <= 16)
-    fp8_skinny_kernel<2><<<grid, 128, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
+    fp8_skinny_kernel<2><<<grid, kSkinnyWarps * 32, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
   else
-    fp8_skinny_kernel<4><<<grid, 128, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
+    fp8_skinny_kernel<4><<<grid, kSkinnyWarps * 32, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
   check_launch();
 }
 
@@ -336,7 +392,7 @@ void moe_bias_swiglu(const float* t, const bf16* b1, ActSegments sg, float* a, i
 void moe_combine_sorted(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
                         const bf16* b2, int T, int k, int H, cudaStream_t st) {
   if (T == 0) return;
-  moe_combine_sorted_kernel<<<T, 256, 0, st>>>(x, y, pair_row, w, idx, b2, k, H);
+  moe_combine_sorted_kernel<<<dim3(unsigned(T), unsigned((H + 255) / 256)), 256, 0, st>>>(x, y, pair_row, w, idx, b2, k, H);
   check_launch();
 }
 

@@ -30,6 +30,11 @@ struct ActSegments {
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActSegments seg,
                         cudaStream_t st);
 
+// RMSNorm (as rmsnorm_to_f32) fused with quantize_act_1x128 of the result (dense layout with ld);
+// h_out (optional) receives the fp32 normalized rows.
+void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
+                      float* h_out, cudaStream_t st);
+
 // Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
 // segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].
 // W [E][N][K] codes, ws [E][round4(N/128)][ws_stride], bias [E][N] bf16 or null; x codes [rows][K]

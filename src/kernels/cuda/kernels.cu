@@ -81,6 +81,26 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv
   }
 }
 
+__global__ void qkv_split_rope_kernel(const float* qkv, const int32_t* positions, const float* inv_freq, float c,
+                                      int heads, int kv_heads, int d, float* q, float* k, float* v) {
+  const int t = blockIdx.x, half = d / 2, width = (heads + 2 * kv_heads) * d;
+  const float* src = qkv + size_t(t) * width;
+  for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
+    const int hh = j / half, i = j % half;
+    const float theta = float(positions[t]) * inv_freq[i];
+    float sn, cs;
+    sincosf(theta, &sn, &cs);
+    cs *= c;
+    sn *= c;
+    const float* in = src + size_t(hh) * d;  // q heads, then k heads
+    float* o = hh < heads ? q + (size_t(t) * heads + hh) * d : k + (size_t(t) * kv_heads + (hh - heads)) * d;
+    const float x1 = in[i], x2 = in[i + half];
+    o[i] = x1 * cs - x2 * sn;
+    o[i + half] = x2 * cs + x1 * sn;
+  }
+  for (int j = threadIdx.x; j < kv_heads * d; j += blockDim.x) v[size_t(t) * kv_heads * d + j] = src[(heads + kv_heads) * d + j];
+}
+
 // The online-softmax core both attention kernels share: keys j = begin, begin + step, .. <= end
 // of KV head g fold into the running (m, denom, acc) of one warp. The sink is not here: it is
 // the initial (m, denom) a caller passes in, so it is counted exactly once.
@@ -249,6 +269,55 @@ __global__ void mxfp4_kernel(const uint8_t* blocks, const uint8_t* scales, bf16*
   out[2 * i + 1] = __float2bfloat16(kFp4[b >> 4] * s);
 }
 
+// Two stages: kArgmaxChunks blocks per row each reduce a slice to (value, lowest index), then a
+// warp per row reduces the slices (a single block per row left most of the GPU idle).
+constexpr int kArgmaxChunks = 64, kArgmaxMaxRows = 1024;
+__device__ float g_argmax_val[kArgmaxMaxRows * kArgmaxChunks];
+__device__ int g_argmax_idx[kArgmaxMaxRows * kArgmaxChunks];
+
+__global__ void argmax_partial_kernel(const float* logits, int V) {
+  const int r = blockIdx.x, ch = blockIdx.y;
+  const int per = (V + kArgmaxChunks - 1) / kArgmaxChunks, b = ch * per, e = min(V, b + per);
+  const float* l = logits + size_t(r) * V;
+  float best = -FLT_MAX;
+  int bi = INT32_MAX;
+  for (int i = b + threadIdx.x; i < e; i += blockDim.x)
+    if (l[i] > best || (l[i] == best && i < bi)) best = l[i], bi = i;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+  }
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = best, si[threadIdx.x >> 5] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      if (sv[w] > best || (sv[w] == best && si[w] < bi)) best = sv[w], bi = si[w];
+    g_argmax_val[r * kArgmaxChunks + ch] = best;
+    g_argmax_idx[r * kArgmaxChunks + ch] = bi;
+  }
+}
+
+__global__ void argmax_final_kernel(int32_t* out, int rows) {
+  const int r = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float best = -FLT_MAX;
+  int bi = INT32_MAX;
+  for (int c = lane; c < kArgmaxChunks; c += 32) {
+    const float v = g_argmax_val[r * kArgmaxChunks + c];
+    const int i = g_argmax_idx[r * kArgmaxChunks + c];
+    if (v > best || (v == best && i < bi)) best = v, bi = i;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+  }
+  if (lane == 0) out[r] = bi;
+}
+
 __global__ void argmax_kernel(const float* logits, int32_t* out, int V) {
   const int r = blockIdx.x;
   const float* l = logits + size_t(r) * V;
@@ -277,7 +346,16 @@ __global__ void linear_f32_small_kernel(const float* W, const float* x, const bf
   if (w >= T * N) return;
   const int t = w / N, n = w % N;
   float acc = 0;
-  for (int k = lane; k < K; k += 32) acc += W[size_t(n) * K + k] * x[size_t(t) * K + k];
+  if (K % 4 == 0) {
+    const float4* w4 = reinterpret_cast<const float4*>(W + size_t(n) * K);
+    const float4* x4 = reinterpret_cast<const float4*>(x + size_t(t) * K);
+    for (int k = lane; k < K / 4; k += 32) {
+      const float4 a = w4[k], b = x4[k];
+      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+  } else {
+    for (int k = lane; k < K; k += 32) acc += W[size_t(n) * K + k] * x[size_t(t) * K + k];
+  }
   acc = warp_sum(acc);
   if (lane == 0) y[size_t(t) * N + n] = acc + (bias ? __bfloat162float(bias[n]) : 0.0f);
 }
@@ -334,6 +412,12 @@ void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t s) {
 }
 void rope(float* x, const int32_t* positions, const float* inv_freq, float c, int T, int heads, int d, cudaStream_t s) {
   rope_kernel<<<T, kThreads, 0, s>>>(x, positions, inv_freq, c, heads, d);
+  check_launch();
+}
+void qkv_split_rope(const float* qkv, const int32_t* positions, const float* inv_freq, float c, int T, int heads,
+                    int kv_heads, int d, float* q, float* k, float* v, cudaStream_t s) {
+  if (T == 0) return;
+  qkv_split_rope_kernel<<<T, kThreads, 0, s>>>(qkv, positions, inv_freq, c, heads, kv_heads, d, q, k, v);
   check_launch();
 }
 void sink_attention(const float* q, const float* k, const float* v, const bf16* sinks, float* out, int T, int first_pos,
@@ -410,7 +494,14 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, bf16* out, int 
   check_launch();
 }
 void argmax_rows(const float* logits, int32_t* out, int rows, int V, cudaStream_t s) {
-  argmax_kernel<<<rows, kThreads, 0, s>>>(logits, out, V);
+  if (rows > kArgmaxMaxRows || V < 64 * kArgmaxChunks) {  // small vocabularies or many rows: a block per row
+    argmax_kernel<<<rows, kThreads, 0, s>>>(logits, out, V);
+    check_launch();
+    return;
+  }
+  argmax_partial_kernel<<<dim3(unsigned(rows), kArgmaxChunks), 256, 0, s>>>(logits, V);
+  check_launch();
+  argmax_final_kernel<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(out, rows);
   check_launch();
 }
 
