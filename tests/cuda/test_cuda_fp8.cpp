@@ -433,8 +433,9 @@ TEST_P(Fp8Tokens, QkvSplitRopeEqualsRope) {
   cuda::rope(dq.p, dpos.p, dinv.p, 1.3f, T, heads, d, nullptr);
   cuda::rope(dk.p, dpos.p, dinv.p, 1.3f, T, kvh, d, nullptr);
   cuda::qkv_split_rope(dqkv.p, dpos.p, dinv.p, 1.3f, T, heads, kvh, d, q2.p, k2.p, v2.p, nullptr);
-  EXPECT_EQ(dq.get(), q2.get());
-  EXPECT_EQ(dk.get(), k2.get());
+  // The same arithmetic; the compiler may contract it into FMAs differently, so not bit for bit.
+  EXPECT_LT(rel_err(q2.get(), dq.get()), 1e-6);
+  EXPECT_LT(rel_err(k2.get(), dk.get()), 1e-6);
   EXPECT_EQ(v, v2.get());
 }
 
