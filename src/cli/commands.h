@@ -8,6 +8,7 @@
 namespace osprey::cli {
 
 void add_synth(CLI::App& app);
+void add_convert(CLI::App& app);
 void add_logits(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_bench(CLI::App& app);

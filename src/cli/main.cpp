@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   osprey::cli::add_synth(app);
+  osprey::cli::add_convert(app);
   osprey::cli::add_logits(app);
   osprey::cli::add_generate(app);
   osprey::cli::add_bench(app);

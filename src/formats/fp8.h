@@ -66,20 +66,29 @@ inline const DecodeTable& decode_table() {
 
 inline float block_scale(float amax) { return amax > 0.0f ? amax / kMax : 1.0f; }
 
-// A 128x128 block-scaled matrix, or a stack of `count` of them (the experts of a layer).
+// A 128x128 block-scaled matrix, or a stack of `count` of them (the experts of a layer). Owns its
+// bytes (allocate) or views them in a mapped checkpoint written by `osprey convert` (view).
 struct Matrix {
   int count = 1, rows = 0, cols = 0;
-  std::vector<uint8_t> q;      // [count][rows][cols]
-  std::vector<float> scales;   // [count][scale_rows()][scale_stride()]
+  std::vector<uint8_t> q;      // [count][rows][cols]               (owned)
+  std::vector<float> scales;   // [count][scale_rows()][scale_stride()] (owned)
+  const uint8_t* q_view = nullptr;
+  const float* s_view = nullptr;
   int scale_rows() const { return round4(blocks(rows)); }
   int scale_stride() const { return round4(blocks(cols)); }
   size_t scales_per_matrix() const { return size_t(scale_rows()) * scale_stride(); }
-  const uint8_t* data(int e = 0) const { return q.data() + size_t(e) * rows * cols; }
-  const float* scale(int e = 0) const { return scales.data() + size_t(e) * scales_per_matrix(); }
+  size_t codes_per_matrix() const { return size_t(rows) * cols; }
+  const uint8_t* data(int e = 0) const { return (q_view ? q_view : q.data()) + size_t(e) * codes_per_matrix(); }
+  const float* scale(int e = 0) const { return (s_view ? s_view : scales.data()) + size_t(e) * scales_per_matrix(); }
   void allocate(int n, int r, int c) {
     count = n, rows = r, cols = c;
     q.assign(size_t(n) * r * c, 0);
     scales.assign(size_t(n) * scales_per_matrix(), 1.0f);
+  }
+  static Matrix view(int n, int r, int c, const uint8_t* codes, const float* s) {
+    Matrix m;
+    m.count = n, m.rows = r, m.cols = c, m.q_view = codes, m.s_view = s;
+    return m;
   }
 };
 

@@ -130,6 +130,7 @@ struct GptOssCudaModel::Impl {
   }
 
   Impl(const GptOssWeights& w, int max_seq_len, bool use_fp32) : cfg(w.config), max_seq(max_seq_len), fp32(use_fp32) {
+    if (w.fp8) fail_plain("this checkpoint holds FP8 weights (osprey convert): the BF16/FP32 CUDA paths need the original");
     OSPREY_CUDA_CHECK(cudaStreamCreate(&stream));
     blas = std::make_unique<cuda::Blas>(stream);
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;

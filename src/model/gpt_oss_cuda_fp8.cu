@@ -8,6 +8,7 @@
 
 #include "core/progress.h"
 #include "formats/fp8.h"
+#include "model/gpt_oss_fp8.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
@@ -127,6 +128,31 @@ struct GptOssCudaFp8::Impl {
     return L;
   }
 
+  // A converted checkpoint's FP8 matrix, uploaded as is (same layout).
+  void upload_fp8(Fp8Weight& dst, const fp8::Matrix& src) {
+    dst.allocate(src.count, src.rows, src.cols);
+    OSPREY_CUDA_CHECK(cudaMemcpy(dst.q.ptr, src.data(), dst.q.n, cudaMemcpyHostToDevice));
+    OSPREY_CUDA_CHECK(cudaMemcpy(dst.s.ptr, src.scale(), dst.s.n * 4, cudaMemcpyHostToDevice));
+    weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
+  }
+  // q, k, v of a converted checkpoint stacked: codes row after row, scale rows block after block.
+  void upload_qkv(Layer& d, const GptOssFp8Layer& F, const GptOssLayerWeights& L) {
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), N = Q + 2 * KV;
+    d.qkv.allocate(1, N, H);
+    int row = 0;
+    for (const fp8::Matrix* m : {&F.q, &F.k, &F.v}) {
+      OSPREY_CUDA_CHECK(cudaMemcpy(d.qkv.q.ptr + size_t(row) * H, m->data(), m->codes_per_matrix(), cudaMemcpyHostToDevice));
+      OSPREY_CUDA_CHECK(cudaMemcpy(d.qkv.s.ptr + size_t(row / fp8::kBlock) * d.qkv.stride(), m->scale(),
+                                   size_t(fp8::blocks(m->rows)) * m->scale_stride() * 4, cudaMemcpyHostToDevice));
+      row += m->rows;
+    }
+    std::vector<bf16> b(N);
+    std::copy_n(L.q_bias, Q, b.begin());
+    std::copy_n(L.k_bias, KV, b.begin() + Q);
+    std::copy_n(L.v_bias, KV, b.begin() + Q + KV);
+    d.qkv_bias = upload_bf16(b.data(), N);
+    weight_bytes += double(d.qkv.q.n) + 4.0 * d.qkv.s.n;
+  }
   void convert_dense(Fp8Weight& dst, const Bf16Matrix& src, Dev<cuda::bf16>& staging) {
     dst.allocate(1, src.rows, src.cols);
     const size_t n = size_t(src.rows) * src.cols;
@@ -177,16 +203,15 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     lt = std::make_unique<cuda::BlockFp8Gemm>(stream);
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
-    uint64_t total = 0;
-    for (auto& n : w.store.names()) total += w.store.get(n).nbytes;
-    Progress progress("loading weights to the GPU as fp8", total);
+    Progress progress(w.fp8 ? "loading fp8 weights to the GPU" : "loading weights to the GPU as fp8", cfg.num_layers + 1);
     Dev<cuda::bf16> staging;
     Dev<uint8_t> blocks, scales;
     embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
     final_norm = upload_bf16(w.final_norm, H);
-    convert_dense(unembed, w.unembed, staging);
+    if (w.fp8) upload_fp8(unembed, w.fp8->unembed);
+    else convert_dense(unembed, w.unembed, staging);
     weight_bytes += 2.0 * cfg.vocab * H;
-    progress.advance(size_t(cfg.vocab) * H * 4);
+    progress.advance(1);
     for (const GptOssLayerWeights& L : w.layers) {
       Layer d;
       d.sliding = L.sliding;
@@ -204,18 +229,27 @@ struct GptOssCudaFp8::Impl {
       for (size_t i = 0; i < r.size(); ++i) r[i] = bf16_to_f32(L.router.w[i]);
       d.router = upload(r.data(), r.size());
       d.fused_qkv = Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0;
-      if (d.fused_qkv) {
-        convert_qkv(d, L, staging);
+      if (w.fp8) {  // converted checkpoint: upload as is
+        const GptOssFp8Layer& F = w.fp8->layers[layers.size()];
+        if (d.fused_qkv) upload_qkv(d, F, L);
+        else upload_fp8(d.q, F.q), upload_fp8(d.k, F.k), upload_fp8(d.v, F.v);
+        upload_fp8(d.o, F.o);
+        upload_fp8(d.mlp1, F.mlp1);
+        upload_fp8(d.mlp2, F.mlp2);
       } else {
-        convert_dense(d.q, L.q, staging);
-        convert_dense(d.k, L.k, staging);
-        convert_dense(d.v, L.v, staging);
+        if (d.fused_qkv) {
+          convert_qkv(d, L, staging);
+        } else {
+          convert_dense(d.q, L.q, staging);
+          convert_dense(d.k, L.k, staging);
+          convert_dense(d.v, L.v, staging);
+        }
+        convert_dense(d.o, L.o, staging);
+        convert_experts(d.mlp1, L.mlp1, blocks, scales);
+        convert_experts(d.mlp2, L.mlp2, blocks, scales);
       }
-      convert_dense(d.o, L.o, staging);
-      convert_experts(d.mlp1, L.mlp1, blocks, scales);
-      convert_experts(d.mlp2, L.mlp2, blocks, scales);
       weight_bytes += 4.0 * E * H + 2.0 * (E * 3 * I + E * H);
-      progress.advance(size_t(2 * I) * H / 2 * E + size_t(H) * I / 2 * E + (size_t(2) * Q * H + 2ull * KV * H) * 2);
+      progress.advance(1);
       layers.push_back(std::move(d));
     }
     progress.finish();

@@ -31,7 +31,10 @@ struct ChunkKv final : cpu::KvSource {
 GptOssCpuModel::~GptOssCpuModel() = default;
 
 GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision) : w_(w) {
-  if (precision == CpuPrecision::Fp8) fp8_ = std::make_unique<GptOssFp8Weights>(GptOssFp8Weights::convert(w));
+  if (precision == CpuPrecision::Fp8)
+    fp8_ = w.fp8 ? w.fp8 : std::make_shared<const GptOssFp8Weights>(GptOssFp8Weights::convert(w));
+  else if (w.fp8)
+    fail("this checkpoint holds FP8 weights (written by `osprey convert`): run it with --precision fp8");
   const GptOssConfig& c = w.config;
   rope_ = cpu::make_rope_table({.head_dim = c.head_dim,
                                 .theta = c.rope_theta,

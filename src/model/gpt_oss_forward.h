@@ -49,7 +49,7 @@ class GptOssCpuModel {
   void expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8, int e, const float* x, float* y, int T) const;
 
   const GptOssWeights& w_;
-  std::unique_ptr<GptOssFp8Weights> fp8_;  // set in Fp8 precision
+  std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)
   cpu::RopeTable rope_;
 };
 

@@ -1,10 +1,18 @@
 #include "model/gpt_oss_fp8.h"
 
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
+
+#include "core/error.h"
+#include "formats/safetensors_writer.h"
 
 #include "core/progress.h"
 #include "formats/mxfp4.h"
+#include <cstring>
 
 namespace osprey {
 
@@ -44,6 +52,7 @@ void add_mxfp4(std::vector<Task>& tasks, fp8::Matrix& m, const Mxfp4Experts& src
 }  // namespace
 
 GptOssFp8Weights GptOssFp8Weights::convert(const GptOssWeights& w, bool show_progress) {
+  if (w.fp8) fail("the checkpoint is already converted to FP8");
   GptOssFp8Weights out;
   out.layers.resize(w.layers.size());
   std::vector<Task> tasks;
@@ -72,6 +81,143 @@ GptOssFp8Weights GptOssFp8Weights::convert(const GptOssWeights& w, bool show_pro
   }
   if (progress) progress->finish();
   return out;
+}
+
+}  // namespace osprey
+
+namespace osprey {
+
+namespace {
+
+// A tensor to write: its spec and where its bytes are.
+struct OutTensor {
+  TensorSpec spec;
+  const void* data;
+};
+
+std::string layer_prefix(int l) { return fmt::format("model.layers.{}.", l); }
+
+void add_fp8(std::vector<OutTensor>& out, const std::string& name, const fp8::Matrix& m) {
+  std::vector<int64_t> shape = {m.rows, m.cols}, sshape = {m.scale_rows(), m.scale_stride()};
+  if (m.count > 1) shape.insert(shape.begin(), m.count), sshape.insert(sshape.begin(), m.count);
+  out.push_back({{name + "_fp8", DType::F8_E4M3, shape}, m.data()});
+  out.push_back({{name + "_fp8_scale", DType::F32, sshape}, m.scale()});
+}
+
+void add_bf16(std::vector<OutTensor>& out, const std::string& name, const bf16* p, std::vector<int64_t> shape) {
+  out.push_back({{name, DType::BF16, std::move(shape)}, p});
+}
+
+}  // namespace
+
+uint64_t write_fp8_checkpoint(const GptOssWeights& w, const GptOssFp8Weights& f, const std::string& out_dir,
+                              bool show_progress) {
+  namespace fs = std::filesystem;
+  const GptOssConfig& c = w.config;
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts, V = c.vocab;
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) fail("cannot create {}: {}", out_dir, ec.message());
+  if (fs::equivalent(out_dir, w.store.dir(), ec)) fail("convert: --out must differ from the source directory");
+  std::vector<OutTensor> t;
+  add_bf16(t, "model.embed_tokens.weight", w.embed.w, {V, H});
+  add_bf16(t, "model.norm.weight", w.final_norm, {H});
+  add_fp8(t, "lm_head.weight", f.unembed);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const GptOssLayerWeights& L = w.layers[l];
+    const GptOssFp8Layer& F = f.layers[l];
+    const std::string p = layer_prefix(l);
+    add_bf16(t, p + "input_layernorm.weight", L.attn_norm, {H});
+    add_fp8(t, p + "self_attn.q_proj.weight", F.q);
+    add_fp8(t, p + "self_attn.k_proj.weight", F.k);
+    add_fp8(t, p + "self_attn.v_proj.weight", F.v);
+    add_bf16(t, p + "self_attn.q_proj.bias", L.q_bias, {Q});
+    add_bf16(t, p + "self_attn.k_proj.bias", L.k_bias, {KV});
+    add_bf16(t, p + "self_attn.v_proj.bias", L.v_bias, {KV});
+    add_fp8(t, p + "self_attn.o_proj.weight", F.o);
+    add_bf16(t, p + "self_attn.o_proj.bias", L.o_bias, {H});
+    add_bf16(t, p + "self_attn.sinks", L.sinks, {c.num_heads});
+    add_bf16(t, p + "post_attention_layernorm.weight", L.mlp_norm, {H});
+    add_bf16(t, p + "mlp.router.weight", L.router.w, {E, H});
+    add_bf16(t, p + "mlp.router.bias", L.router_bias, {E});
+    add_fp8(t, p + "mlp.experts.gate_up_proj", F.mlp1);
+    add_bf16(t, p + "mlp.experts.gate_up_proj_bias", L.mlp1.bias, {E, 2 * I});
+    add_fp8(t, p + "mlp.experts.down_proj", F.mlp2);
+    add_bf16(t, p + "mlp.experts.down_proj_bias", L.mlp2.bias, {E, H});
+  }
+  uint64_t total = 0;
+  for (auto& x : t) total += x.spec.nbytes();
+  // Shards of about 4 GiB, tensors in order.
+  const uint64_t shard_bytes = uint64_t(4) << 30;
+  std::vector<std::vector<const OutTensor*>> files(1);
+  uint64_t acc = 0;
+  for (auto& x : t) {
+    if (acc > 0 && acc + x.spec.nbytes() > shard_bytes) files.emplace_back(), acc = 0;
+    files.back().push_back(&x);
+    acc += x.spec.nbytes();
+  }
+  std::optional<Progress> progress;
+  if (show_progress) progress.emplace("writing fp8 checkpoint", total);
+  nlohmann::json weight_map = nlohmann::json::object();
+  const int n = int(files.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string fname = n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", i, n - 1);
+    std::vector<TensorSpec> specs;
+    for (auto* x : files[i]) specs.push_back(x->spec);
+    SafetensorsWriter out((fs::path(out_dir) / fname).string(), specs, {{"format", "pt"}, {"osprey_fp8", "e4m3_block128"}});
+    for (auto* x : files[i]) {
+      const uint8_t* src = static_cast<const uint8_t*>(x->data);
+      out.write_next([src](uint8_t* dst, uint64_t off, size_t nb) { std::memcpy(dst, src + off, nb); },
+                     progress ? &*progress : nullptr);
+      weight_map[x->spec.name] = fname;
+    }
+    out.close();
+  }
+  if (progress) progress->finish();
+  auto write_json = [&](const std::string& name, const nlohmann::json& j) {
+    std::ofstream o(fs::path(out_dir) / name);
+    o << j.dump(2) << "\n";
+    if (!o) fail("cannot write {}", (fs::path(out_dir) / name).string());
+  };
+  if (n > 1) write_json("model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  nlohmann::json cfg = c.to_hf_json();
+  cfg["osprey_fp8"] = {{"format", "float8_e4m3fn"},
+                       {"weight_block_size", {fp8::kBlock, fp8::kBlock}},
+                       {"scale", "amax / 448 per block; scale tensors [rows/128][cols/128], both rounded up to a multiple of 4"},
+                       {"converted", {"q_proj", "k_proj", "v_proj", "o_proj", "experts", "lm_head"}}};
+  write_json("config.json", cfg);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    const fs::path src = fs::path(w.store.dir()) / name;
+    if (fs::exists(src)) fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail("cannot copy {}: {}", src.string(), ec.message());
+  }
+  return total;
+}
+
+std::shared_ptr<const GptOssFp8Weights> load_fp8_views(const TensorStore& s, const GptOssConfig& c) {
+  auto f = std::make_shared<GptOssFp8Weights>();
+  auto view = [&](const std::string& name, int count, int rows, int cols) {
+    fp8::Matrix m = fp8::Matrix::view(count, rows, cols, nullptr, nullptr);
+    std::vector<int64_t> shape = {rows, cols}, sshape = {m.scale_rows(), m.scale_stride()};
+    if (count > 1) shape.insert(shape.begin(), count), sshape.insert(sshape.begin(), count);
+    m.q_view = s.get(name + "_fp8", DType::F8_E4M3, shape).data;
+    m.s_view = s.get(name + "_fp8_scale", DType::F32, sshape).as<float>();
+    return m;
+  };
+  const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts;
+  f->unembed = view("lm_head.weight", 1, c.vocab, H);
+  f->layers.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    GptOssFp8Layer& L = f->layers[l];
+    L.q = view(p + "self_attn.q_proj.weight", 1, Q, H);
+    L.k = view(p + "self_attn.k_proj.weight", 1, KV, H);
+    L.v = view(p + "self_attn.v_proj.weight", 1, KV, H);
+    L.o = view(p + "self_attn.o_proj.weight", 1, H, Q);
+    L.mlp1 = view(p + "mlp.experts.gate_up_proj", E, 2 * I, H);
+    L.mlp2 = view(p + "mlp.experts.down_proj", E, H, I);
+  }
+  return f;
 }
 
 }  // namespace osprey

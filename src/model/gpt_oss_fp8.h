@@ -25,4 +25,15 @@ struct GptOssFp8Weights {
   static GptOssFp8Weights convert(const GptOssWeights& w, bool progress = true);
 };
 
+// `osprey convert`: writes a checkpoint (Hugging Face tensor names, sharded safetensors) whose GEMM
+// weights are FP8 codes `<name>_fp8` (F8_E4M3) with scales `<name>_fp8_scale` (F32, the layout of
+// formats/fp8.h); every other tensor as stored; config.json gains an "osprey_fp8" entry; the
+// tokenizer and generation files are copied. GptOssWeights::load reads it back (weights.fp8).
+// Returns the bytes of tensors written.
+uint64_t write_fp8_checkpoint(const GptOssWeights& w, const GptOssFp8Weights& f, const std::string& out_dir,
+                              bool progress = true);
+
+// Used by GptOssWeights::load for such a checkpoint: the FP8 views, with shape checks.
+std::shared_ptr<const GptOssFp8Weights> load_fp8_views(const TensorStore& s, const GptOssConfig& c);
+
 }  // namespace osprey

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/gpt_oss_fp8.h"
 
 namespace osprey {
 
@@ -43,7 +44,31 @@ GptOssWeights GptOssWeights::load(const std::string& dir) {
   const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts;
   w.layout = w.store.has("embedding.weight") ? Layout::Original : Layout::HuggingFace;
   w.layers.resize(c.num_layers);
-  if (w.layout == Layout::HuggingFace) {
+  if (w.store.has("lm_head.weight_fp8")) {  // written by `osprey convert`: FP8 GEMM weights, the rest as stored
+    w.fp8 = load_fp8_views(w.store, c);
+    w.embed = ld.mat("model.embed_tokens.weight", c.vocab, H);
+    w.unembed = {nullptr, c.vocab, H};
+    w.final_norm = ld.vec("model.norm.weight", H);
+    for (int l = 0; l < c.num_layers; ++l) {
+      std::string p = fmt::format("model.layers.{}.", l);
+      GptOssLayerWeights& L = w.layers[l];
+      L.attn_norm = ld.vec(p + "input_layernorm.weight", H);
+      L.q = {nullptr, Q, H};
+      L.k = {nullptr, KV, H};
+      L.v = {nullptr, KV, H};
+      L.q_bias = ld.vec(p + "self_attn.q_proj.bias", Q);
+      L.k_bias = ld.vec(p + "self_attn.k_proj.bias", KV);
+      L.v_bias = ld.vec(p + "self_attn.v_proj.bias", KV);
+      L.o = {nullptr, H, Q};
+      L.o_bias = ld.vec(p + "self_attn.o_proj.bias", H);
+      L.sinks = ld.vec(p + "self_attn.sinks", c.num_heads);
+      L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", H);
+      L.router = ld.mat(p + "mlp.router.weight", E, H);
+      L.router_bias = ld.vec(p + "mlp.router.bias", E);
+      L.mlp1 = {nullptr, nullptr, ld.s.get(p + "mlp.experts.gate_up_proj_bias", DType::BF16, {E, 2 * I}).as<bf16>(), E, 2 * I, H};
+      L.mlp2 = {nullptr, nullptr, ld.s.get(p + "mlp.experts.down_proj_bias", DType::BF16, {E, H}).as<bf16>(), E, H, I};
+    }
+  } else if (w.layout == Layout::HuggingFace) {
     w.embed = ld.mat("model.embed_tokens.weight", c.vocab, H);
     w.unembed = ld.mat("lm_head.weight", c.vocab, H);
     w.final_norm = ld.vec("model.norm.weight", H);

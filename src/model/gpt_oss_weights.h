@@ -3,6 +3,7 @@
 // fused qkv). All dense tensors are BF16; expert weights stay MXFP4.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,8 @@ struct GptOssLayerWeights {
   Mxfp4Experts mlp2;                // rows hidden, cols intermediate
 };
 
+struct GptOssFp8Weights;
+
 struct GptOssWeights {
   enum class Layout { HuggingFace, Original };
   GptOssConfig config;
@@ -51,6 +54,9 @@ struct GptOssWeights {
   Bf16Matrix unembed;               // [vocab][hidden]
   const bf16* final_norm = nullptr; // [hidden]
   std::vector<GptOssLayerWeights> layers;
+  // Set for a checkpoint written by `osprey convert`: the GEMM weights are FP8 views (model/
+  // gpt_oss_fp8.h) and the Bf16Matrix / Mxfp4Experts above carry their shapes only (null data).
+  std::shared_ptr<const GptOssFp8Weights> fp8;
 
   // dir holds config.json and the safetensors files (HF root, or original/).
   static GptOssWeights load(const std::string& dir);

@@ -256,3 +256,40 @@ TEST_F(SmallModel, BrokenCheckpointsGetClearErrors) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// --precision fp8: the emulation differs from fp32 (it quantizes), stays close, and a converted
+// checkpoint (`osprey convert`) gives exactly the logits of converting at load.
+TEST(Fp8Emulation, ConvertedCheckpointGivesTheSameLogits) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-a"), dir / "src", {.seed = 9, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir / "src");
+  const std::vector<int32_t> toks = {5, 77, 300, 12, 999, 41, 7, 512, 3};
+  GptOssCpuModel ref(w), emu(w, CpuPrecision::Fp8);
+  KvCache c1 = ref.new_cache(), c2 = emu.new_cache();
+  const std::vector<float> a = ref.forward(toks, c1, true), b = emu.forward(toks, c2, true);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(a[i]) * a[i];
+  EXPECT_GT(std::sqrt(num / den), 1e-4);  // quantization is not a no-op
+  EXPECT_LT(std::sqrt(num / den), 0.6);   // nor a different model
+
+  GptOssFp8Weights f = GptOssFp8Weights::convert(w, false);
+  write_fp8_checkpoint(w, f, dir / "fp8", false);
+  GptOssWeights w8 = GptOssWeights::load(dir / "fp8");
+  ASSERT_TRUE(w8.fp8);
+  GptOssCpuModel loaded(w8, CpuPrecision::Fp8);
+  KvCache c3 = loaded.new_cache();
+  EXPECT_EQ(loaded.forward(toks, c3, true), b);
+  try {
+    GptOssCpuModel wrong(w8);
+    FAIL() << "a converted checkpoint must refuse fp32 (its weights are FP8)";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision fp8"), std::string::npos);
+  }
+  EXPECT_THROW(GptOssFp8Weights::convert(w8, false), Error);
+}
+
+}  // namespace
+}  // namespace osprey
