@@ -6,6 +6,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/slot_runner.h"
+#include "model/gpt_oss_cuda_fp8.h"
 #include "harmony/tokenizer.h"
 #include "server/openai_server.h"
 
@@ -29,7 +31,8 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--model", args->model, "checkpoint directory (with its tokenizer)")->required();
   cmd->add_option("--host", args->host, "address to bind");
   cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--backend", args->backend, "cpu")->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--backend", args->backend, "cpu | cuda (the FP8 path; decode steps batched as CUDA graphs)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--max-batch", args->max_batch, "sequences decoded together")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-seq-len", args->max_seq_len, "context per request (prompt + output)")->check(CLI::Range(16, 131072));
   cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")->check(CLI::Range(1, 1 << 20));
@@ -42,10 +45,25 @@ void add_serve(CLI::App& app) {
     log_info("loading {}", args->model);
     GptOssWeights w = GptOssWeights::load(args->model);
     harmony::Tokenizer tok = harmony::Tokenizer::for_model_dir(args->model);
-    GptOssCpuModel model(w);
     EngineConfig ec{.max_batch = args->max_batch, .max_batched_tokens = args->max_batched_tokens,
                     .max_queue = args->max_queue, .max_seq_len = std::min(args->max_seq_len, w.config.max_position_embeddings),
                     .kv_block_size = 16, .kv_blocks = args->kv_blocks};
+    // The model and its runner: the CPU engine over the engine's paged KV, or the GPU with its own
+    // KV in one slot per running sequence (the engine's pool then only counts blocks).
+    std::unique_ptr<GptOssCpuModel> cpu_model;
+    std::unique_ptr<GptOssCudaFp8> gpu_model;
+    std::unique_ptr<CudaSlotModel> gpu_slots;
+    std::unique_ptr<ModelRunner> runner;
+    if (args->backend == "cuda") {
+      gpu_model = std::make_unique<GptOssCudaFp8>(
+          w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len, .prefill_chunk = 2048, .graphs = true});
+      gpu_slots = std::make_unique<CudaSlotModel>(*gpu_model);
+      runner = std::make_unique<SlotModelRunner>(*gpu_slots);
+      if (ec.kv_blocks == 0) ec.kv_blocks = ec.max_batch * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
+    } else {
+      cpu_model = std::make_unique<GptOssCpuModel>(w);
+      runner = std::make_unique<CpuModelRunner>(*cpu_model);
+    }
     if (ec.kv_blocks == 0) {  // enough for every sequence at full length, within the memory budget
       const double block_bytes = 2.0 * w.config.num_layers * ec.kv_block_size * w.config.kv_dim() * sizeof(float);
       const long wanted = long(ec.max_batch) * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
@@ -53,7 +71,7 @@ void add_serve(CLI::App& app) {
       log_info("KV cache: {} blocks of {} tokens ({:.2f} GiB)", ec.kv_blocks, ec.kv_block_size,
                ec.kv_blocks * block_bytes / double(1ull << 30));
     }
-    Engine engine(std::make_unique<CpuModelRunner>(model), ec);
+    Engine engine(std::move(runner), ec);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
     if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();
     server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name});
@@ -61,8 +79,8 @@ void add_serve(CLI::App& app) {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGPIPE, SIG_IGN);
-    log_info("serving '{}' on http://{}:{} (backend cpu, max batch {}, context {})", name, args->host, args->port,
-             ec.max_batch, ec.max_seq_len);
+    log_info("serving '{}' on http://{}:{} (backend {}, max batch {}, context {})", name, args->host, args->port,
+             args->backend, ec.max_batch, ec.max_seq_len);
     if (!srv.listen()) fail("cannot listen on {}:{}", args->host, args->port);
     g_server = nullptr;
     log_info("stopped");

@@ -70,7 +70,7 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
     : runner_(std::move(runner)),
       cfg_(cfg),
       pool_(runner_->config().num_layers, runner_->config().num_kv_heads, runner_->config().head_dim,
-            cfg.kv_block_size, default_blocks(cfg)),
+            cfg.kv_block_size, default_blocks(cfg), runner_->uses_host_kv()),
       scheduler_(pool_, {.max_batch = cfg.max_batch, .max_batched_tokens = cfg.max_batched_tokens}) {
   metrics_.kv_blocks_free = pool_.free_blocks();
   thread_ = std::thread([this] { loop(); });
@@ -130,6 +130,7 @@ EngineMetrics Engine::metrics() {
 
 void Engine::finish(int64_t id, FinishReason r, const std::string& error) {
   scheduler_.remove(id);  // frees the blocks now
+  runner_->release(id);
   std::shared_ptr<RequestHandle> h;
   {
     std::lock_guard lk(mu_);
@@ -168,6 +169,7 @@ void Engine::step() {
   if (!cancelled.empty()) update_gauges();
 
   StepPlan plan = scheduler_.schedule();
+  for (int64_t id : plan.preempted) runner_->release(id);  // recomputed from the start later
   if (plan.empty()) {
     update_gauges();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -26,6 +26,10 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
   virtual std::vector<std::vector<float>> run(const StepPlan& plan) = 0;
   virtual const GptOssConfig& config() const = 0;
+  // The sequence finished, was cancelled or preempted: whatever the runner keeps for it goes.
+  virtual void release(int64_t seq_id) {}
+  // Whether the model reads and writes the engine's paged KV (false: the pool only counts blocks).
+  virtual bool uses_host_kv() const { return true; }
 };
 
 class CpuModelRunner final : public ModelRunner {

@@ -6,12 +6,12 @@
 
 namespace osprey {
 
-KvBlockPool::KvBlockPool(int num_layers, int num_kv_heads, int head_dim, int block_size, int num_blocks)
+KvBlockPool::KvBlockPool(int num_layers, int num_kv_heads, int head_dim, int block_size, int num_blocks, bool storage)
     : block_size_(block_size), num_blocks_(num_blocks), head_dim_(head_dim), row_(size_t(num_kv_heads) * head_dim) {
   if (block_size <= 0 || num_blocks <= 0) fail("KV pool needs positive block size and count");
   k_.resize(num_layers);
   v_.resize(num_layers);
-  for (int l = 0; l < num_layers; ++l) {
+  for (int l = 0; l < num_layers && storage; ++l) {
     k_[l].resize(size_t(num_blocks) * block_size * row_);
     v_[l].resize(size_t(num_blocks) * block_size * row_);
   }

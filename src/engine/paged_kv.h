@@ -10,7 +10,8 @@ namespace osprey {
 
 class KvBlockPool {
  public:
-  KvBlockPool(int num_layers, int num_kv_heads, int head_dim, int block_size, int num_blocks);
+  // storage = false: blocks are only counted (a runner whose model keeps the KV elsewhere, the GPU).
+  KvBlockPool(int num_layers, int num_kv_heads, int head_dim, int block_size, int num_blocks, bool storage = true);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }

@@ -544,7 +544,8 @@ struct GptOssCudaFp8::Impl {
     cuda::argmax_rows(logits.ptr, d_out_id.ptr, b, cfg.vocab, stream);
   }
 
-  std::vector<int32_t> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
+  // Runs a decode step (graph per bucket); returns the bucket size. Rows past B are padding.
+  int decode_step(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
     const int B = int(slots.size());
     if (B == 0 || B != int(tokens.size())) fail_plain("decode: one token per slot");
     check_tokens(tokens);
@@ -576,11 +577,26 @@ struct GptOssCudaFp8::Impl {
     } else {
       decode_body(b);
     }
+    for (int i = 0; i < B; ++i) ++len[slots[i]];
+    return b;
+  }
+
+  std::vector<int32_t> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
+    const int b = decode_step(slots, tokens);
     std::vector<int32_t> out(b);
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, b * 4, cudaMemcpyDeviceToHost, stream));
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (int i = 0; i < B; ++i) ++len[slots[i]];
-    out.resize(B);
+    out.resize(slots.size());
+    return out;
+  }
+
+  std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
+    decode_step(slots, tokens);
+    std::vector<std::vector<float>> out(slots.size(), std::vector<float>(cfg.vocab));
+    for (size_t i = 0; i < slots.size(); ++i)
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(out[i].data(), logits.ptr + i * cfg.vocab, size_t(cfg.vocab) * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     return out;
   }
 
@@ -622,6 +638,10 @@ int32_t GptOssCudaFp8::prefill_argmax(int slot, std::span<const int32_t> tokens)
 }
 std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
   return impl_->decode(slots, tokens);
+}
+std::vector<std::vector<float>> GptOssCudaFp8::decode_logits(std::span<const int32_t> slots,
+                                                             std::span<const int32_t> tokens) {
+  return impl_->decode_logits(slots, tokens);
 }
 void GptOssCudaFp8::fill_random(int slot, int n) { impl_->fill_random(slot, n); }
 void GptOssCudaFp8::synchronize() { OSPREY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }

@@ -39,6 +39,8 @@ class GptOssCudaFp8 {
   int32_t prefill_argmax(int slot, std::span<const int32_t> tokens);
   // One token for each listed slot (distinct): appends it and returns the greedy next ids.
   std::vector<int32_t> decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens);
+  // The same step, returning the logits [B][vocab] (for sampling and constraints on the host).
+  std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens);
   // Benchmarks: the slot holds n positions of random keys and values, as after a prefill of n
   // tokens (a decode step reads exactly the same bytes).
   void fill_random(int slot, int n);

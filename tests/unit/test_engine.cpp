@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/slot_runner.h"
 #include "engine/generate.h"
 #include "synth/synth.h"
 #include "test_util.h"
@@ -133,6 +134,39 @@ TEST_F(EngineTest, EngineMatchesGenerateAndCancels) {
   EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
   EXPECT_THROW(engine.submit({.prompt = prompt(96, 1), .max_tokens = 1}), Error);  // longer than the context
   EXPECT_THROW(engine.submit({.prompt = {1, 100000}, .max_tokens = 1}), Error);
+}
+
+// The slot runner (the GPU path's engine integration) over the CPU engine: the same tokens as
+// generate(), decode steps batched, slots returned on finish, cancel and preemption.
+TEST_F(EngineTest, SlotRunnerMatchesGenerateAndFreesSlots) {
+  CpuSlotModel slots(*model_, 4);
+  auto runner = std::make_unique<SlotModelRunner>(slots);
+  SlotModelRunner* r = runner.get();
+  // A small pool forces preemptions (recompute from the start in a fresh slot).
+  EngineConfig ec{.max_batch = 4, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 64, .kv_block_size = 4, .kv_blocks = 12};
+  Engine engine(std::move(runner), ec);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i)
+    handles.push_back(engine.submit({.prompt = prompt(5 + 3 * i, i), .max_tokens = 9, .sampling = {.temperature = 0}}));
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> got;
+    TokenEvent ev;
+    while (handles[i]->next(ev))
+      if (ev.token >= 0) got.push_back(ev.token);
+    auto want = generate(*model_, prompt(5 + 3 * i, i), {.max_tokens = 9, .sampling = {.temperature = 0}, .stop_at_eos = false});
+    EXPECT_EQ(got, want) << "request " << i;
+  }
+  auto h = engine.submit({.prompt = prompt(4, 50), .max_tokens = 40, .sampling = {.temperature = 0}});
+  TokenEvent ev;
+  ASSERT_TRUE(h->next(ev));
+  h->cancel();
+  while (h->next(ev)) {
+  }
+  EXPECT_EQ(ev.finish, FinishReason::Cancelled);
+  for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
+  EXPECT_EQ(r->slots_in_use(), 0);
+  EXPECT_GT(engine.metrics().preemptions, 0u);  // the small pool did force recomputes
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+// A model runner for models that keep each sequence's KV cache themselves, in numbered slots
+// (the GPU path). The runner maps engine sequences to slots, prefills chunks slot by slot and runs
+// all single-token chunks of a step as one batched decode.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace osprey {
+
+class SlotModel {
+ public:
+  virtual ~SlotModel() = default;
+  virtual const GptOssConfig& config() const = 0;
+  virtual int slots() const = 0;
+  virtual int length(int slot) const = 0;
+  virtual void release(int slot) = 0;
+  // Appends tokens to the slot; the logits after its last token.
+  virtual std::vector<float> prefill(int slot, std::span<const int32_t> tokens) = 0;
+  // One token for each slot (distinct); logits [B][vocab] in the same order.
+  virtual std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) = 0;
+};
+
+class SlotModelRunner final : public ModelRunner {
+ public:
+  explicit SlotModelRunner(SlotModel& model) : model_(model) {}
+  std::vector<std::vector<float>> run(const StepPlan& plan) override;
+  const GptOssConfig& config() const override { return model_.config(); }
+  void release(int64_t seq_id) override;
+  bool uses_host_kv() const override { return false; }
+  int slots_in_use() const { return int(slot_of_.size()); }
+
+ private:
+  int slot_for(int64_t seq_id);
+  SlotModel& model_;
+  std::unordered_map<int64_t, int> slot_of_;
+  std::vector<int> free_;
+  bool initialized_ = false;
+};
+
+// The CPU engine as a SlotModel (a KvCache per slot): the reference the slot runner is tested
+// against, and a way to run the runner's logic where there is no GPU.
+class CpuSlotModel final : public SlotModel {
+ public:
+  CpuSlotModel(const GptOssCpuModel& model, int slots);
+  const GptOssConfig& config() const override { return model_.config(); }
+  int slots() const override { return int(caches_.size()); }
+  int length(int slot) const override { return caches_.at(slot).length(); }
+  void release(int slot) override;
+  std::vector<float> prefill(int slot, std::span<const int32_t> tokens) override;
+  std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) override;
+
+ private:
+  const GptOssCpuModel& model_;
+  std::vector<KvCache> caches_;
+};
+
+class GptOssCudaFp8;
+
+// The FP8 CUDA path as a SlotModel (one GPU slot per engine sequence).
+class CudaSlotModel final : public SlotModel {
+ public:
+  explicit CudaSlotModel(GptOssCudaFp8& model) : model_(model) {}
+  const GptOssConfig& config() const override;
+  int slots() const override;
+  int length(int slot) const override;
+  void release(int slot) override;
+  std::vector<float> prefill(int slot, std::span<const int32_t> tokens) override;
+  std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) override;
+
+ private:
+  GptOssCudaFp8& model_;
+};
+
+}  // namespace osprey
