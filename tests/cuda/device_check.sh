@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: checks the CUDA backend (BF16 path) against the CPU fp32 engine on
+# One call on the GPU machine: checks the reference CUDA path (BF16; the FP8 path is device_fp8.sh) against the CPU fp32 engine on
 # synthetic checkpoints (parity shapes, tiny, the 20b shape), runs compute-sanitizer, and times
 # batch-1 prefill and decode on the 20b shape. Needs build/osprey built here with CUDA and the
 # carried .devcarry/lib (cpp-httplib). Writes $OUT/device_check.log.
@@ -33,12 +33,12 @@ for name, vocab, T in [("parity-a", 1000, 200), ("parity-b", 777, 48), ("tiny", 
 PY
 echo "== greedy decode, CUDA (device-side decode steps) vs CPU"
 for p in parity-a parity-b tiny; do
-  G=$($B generate --backend cuda --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
+  G=$($B generate --backend cuda --precision bf16 --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
   C=$($B --threads 16 generate --backend cpu --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
   python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p: cuda and cpu greedy agree on the first {n} of {len(a)} tokens')" "$G" "$C"
 done
 echo "== compute-sanitizer memcheck (decode steps, parity-b)"
-compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
+compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --precision bf16 --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
 echo "== compute-sanitizer memcheck (parity-b, 20 tokens)"
 compute-sanitizer --tool memcheck --print-limit 5 $B logits --backend cuda --model $M/parity-b --tokens $(seq -s, 1 20) --out /tmp/cs.npy 2>&1 | tail -3
 echo "== compute-sanitizer racecheck (parity-b, 20 tokens)"
@@ -47,9 +47,9 @@ echo "== 20b shape"
 ( time $B synth --preset 20b --seed 1 --out $M/20b --quiet ) 2>&1 | grep real
 P64=$(python3 -c "import random; random.seed(1); print(','.join(str(random.randrange(199998)) for _ in range(64)))")
 P1K=$(python3 -c "import random; random.seed(2); print(','.join(str(random.randrange(199998)) for _ in range(1024)))")
-echo "batch 1, 64-token prompt:"; $B generate --backend cuda --model $M/20b --tokens $P64 --max-tokens 128 --greedy --ignore-eos 2>&1 >/dev/null | tail -1
-echo "batch 1, 1024-token prompt:"; $B generate --backend cuda --model $M/20b --tokens $P1K --max-tokens 128 --greedy --ignore-eos 2>&1 >/dev/null | tail -1
-A=$($B generate --backend cuda --model $M/20b --tokens $P64 --max-tokens 6 --greedy --ignore-eos 2>/dev/null)
+echo "batch 1, 64-token prompt:"; $B generate --backend cuda --precision bf16 --model $M/20b --tokens $P64 --max-tokens 128 --greedy --ignore-eos 2>&1 >/dev/null | tail -1
+echo "batch 1, 1024-token prompt:"; $B generate --backend cuda --precision bf16 --model $M/20b --tokens $P1K --max-tokens 128 --greedy --ignore-eos 2>&1 >/dev/null | tail -1
+A=$($B generate --backend cuda --precision bf16 --model $M/20b --tokens $P64 --max-tokens 6 --greedy --ignore-eos 2>/dev/null)
 C=$($B --threads 16 generate --backend cpu --model $M/20b --tokens $P64 --max-tokens 6 --greedy --ignore-eos 2>/dev/null)
 echo "20b greedy, cuda: $A"
 echo "20b greedy, cpu:  $C"
