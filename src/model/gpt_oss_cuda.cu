@@ -7,6 +7,7 @@
 #include "core/progress.h"
 #include "core/bf16.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -17,43 +18,10 @@ bool cuda_backend_available() { return true; }
 
 namespace {
 
-// A device allocation (RAII, move-only).
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t n = 0;
-  DeviceArray() = default;
-  explicit DeviceArray(size_t count) : n(count) {
-    if (count) OSPREY_CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(T)));
-  }
-  ~DeviceArray() {
-    if (ptr) cudaFree(ptr);
-  }
-  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(n, o.n);
-    return *this;
-  }
-  void ensure(size_t count) {  // grow-only scratch
-    if (count > n) *this = DeviceArray(count);
-  }
-};
-
-
-DeviceArray<cuda::bf16> upload_bf16(const osprey::bf16* host, size_t count) {
-  DeviceArray<cuda::bf16> d(count);
-  OSPREY_CUDA_CHECK(cudaMemcpy(d.ptr, host, count * 2, cudaMemcpyHostToDevice));
-  return d;
-}
-
-DeviceArray<float> upload_bf16_as_f32(const osprey::bf16* host, size_t count) {
-  std::vector<float> f(count);
-  for (size_t i = 0; i < count; ++i) f[i] = bf16_to_f32(host[i]);
-  DeviceArray<float> d(count);
-  OSPREY_CUDA_CHECK(cudaMemcpy(d.ptr, f.data(), count * 4, cudaMemcpyHostToDevice));
-  return d;
-}
+using cuda::DeviceArray;
+using cuda::upload;
+using cuda::upload_bf16;
+using cuda::upload_bf16_as_f32;
 
 // A GEMM weight, stored in the path's precision.
 struct Weight {
@@ -161,15 +129,10 @@ struct GptOssCudaModel::Impl {
       d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
       d.w1 = experts(L.mlp1);
       d.w2 = experts(L.mlp2);
-      auto raw = [&](const uint8_t* host, size_t n) {
-        DeviceArray<uint8_t> a(n);
-        OSPREY_CUDA_CHECK(cudaMemcpy(a.ptr, host, n, cudaMemcpyHostToDevice));
-        return a;
-      };
-      d.w1_blocks = raw(L.mlp1.blocks, size_t(E) * 2 * I * H / 2);
-      d.w1_scales = raw(L.mlp1.scales, size_t(E) * 2 * I * H / 32);
-      d.w2_blocks = raw(L.mlp2.blocks, size_t(E) * H * I / 2);
-      d.w2_scales = raw(L.mlp2.scales, size_t(E) * H * I / 32);
+      d.w1_blocks = upload(L.mlp1.blocks, size_t(E) * 2 * I * H / 2);
+      d.w1_scales = upload(L.mlp1.scales, size_t(E) * 2 * I * H / 32);
+      d.w2_blocks = upload(L.mlp2.blocks, size_t(E) * H * I / 2);
+      d.w2_scales = upload(L.mlp2.scales, size_t(E) * H * I / 32);
       progress.advance(size_t(2 * I) * H / 2 * E + size_t(H) * I / 2 * E + (size_t(2) * Q * H + 2ull * KV * H) * 2);
       layers.push_back(std::move(d));
     }

@@ -10,6 +10,7 @@
 #include "formats/fp8.h"
 #include "model/gpt_oss_fp8.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/paged_attention.cuh"
@@ -18,41 +19,14 @@ namespace osprey {
 
 namespace {
 
-template <typename T>
-struct Dev {  // a device allocation (RAII, move-only)
-  T* ptr = nullptr;
-  size_t n = 0;
-  Dev() = default;
-  explicit Dev(size_t count) : n(count) {
-    if (count) OSPREY_CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(T)));
-  }
-  ~Dev() {
-    if (ptr) cudaFree(ptr);
-  }
-  Dev(Dev&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
-  Dev& operator=(Dev&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(n, o.n);
-    return *this;
-  }
-};
-
-template <typename T>
-Dev<T> upload(const T* host, size_t n) {
-  Dev<T> d(n);
-  OSPREY_CUDA_CHECK(cudaMemcpy(d.ptr, host, n * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-Dev<cuda::bf16> upload_bf16(const bf16* host, size_t n) {
-  Dev<cuda::bf16> d(n);
-  OSPREY_CUDA_CHECK(cudaMemcpy(d.ptr, host, n * 2, cudaMemcpyHostToDevice));
-  return d;
-}
+using cuda::DeviceArray;
+using cuda::upload;
+using cuda::upload_bf16;
 
 // An FP8 weight on the device: codes [count][rows][cols], scales [count][round4(rows/128)][stride].
 struct Fp8Weight {
-  Dev<uint8_t> q;
-  Dev<float> s;
+  DeviceArray<uint8_t> q;
+  DeviceArray<float> s;
   int count = 1, rows = 0, cols = 0;
   int stride() const { return fp8::round4(fp8::blocks(cols)); }
   size_t scales_per() const { return size_t(fp8::round4(fp8::blocks(rows))) * stride(); }
@@ -60,8 +34,8 @@ struct Fp8Weight {
   const float* scale(int e = 0) const { return s.ptr + size_t(e) * scales_per(); }
   void allocate(int n, int r, int c) {
     count = n, rows = r, cols = c;
-    q = Dev<uint8_t>(size_t(n) * r * c);
-    s = Dev<float>(size_t(n) * scales_per());
+    q = DeviceArray<uint8_t>(size_t(n) * r * c);
+    s = DeviceArray<float>(size_t(n) * scales_per());
     std::vector<float> ones(s.n, 1.0f);  // padding entries read by cuBLASLt
     OSPREY_CUDA_CHECK(cudaMemcpy(s.ptr, ones.data(), s.n * 4, cudaMemcpyHostToDevice));
   }
@@ -71,19 +45,19 @@ struct Layer {
   bool sliding = false;
   bool fused_qkv = false;  // q, k, v as one [Q + 2 KV][H] weight (when their row counts are multiples of 128)
   Fp8Weight qkv, q, k, v, o, mlp1, mlp2;
-  Dev<cuda::bf16> qkv_bias;
-  Dev<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
-  Dev<float> router;  // [E][H] fp32 (routing as on the CPU)
+  DeviceArray<cuda::bf16> qkv_bias;
+  DeviceArray<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
+  DeviceArray<float> router;  // [E][H] fp32 (routing as on the CPU)
 };
 
 // Activation rows quantized for one GEMM: codes [rows][K] and scales.
 struct ActBuf {
-  Dev<uint8_t> q;
-  Dev<float> s;
+  DeviceArray<uint8_t> q;
+  DeviceArray<float> s;
   void reserve(size_t rows, int K) {
-    if (q.n < rows * K) q = Dev<uint8_t>(rows * K);
+    if (q.n < rows * K) q = DeviceArray<uint8_t>(rows * K);
     const size_t ns = rows * size_t(fp8::blocks(K)) + 64;
-    if (s.n < ns) s = Dev<float>(ns);
+    if (s.n < ns) s = DeviceArray<float>(ns);
   }
 };
 
@@ -95,17 +69,17 @@ struct GptOssCudaFp8::Impl {
   const Options opt;
   cudaStream_t stream{};
   std::unique_ptr<cuda::BlockFp8Gemm> lt;
-  Dev<cuda::bf16> embed, final_norm;
+  DeviceArray<cuda::bf16> embed, final_norm;
   Fp8Weight unembed;
   std::vector<Layer> layers;
-  Dev<float> inv_freq;
+  DeviceArray<float> inv_freq;
   float concentration = 1.0f;
   double weight_bytes = 0;
 
   // KV cache. Slot `opt.slots` is a dummy that absorbs the padding rows of a decode bucket.
   int max_pages = 0, ring = 0, total_pages = 0;
-  std::vector<Dev<cuda::bf16>> kpool, vpool;  // per layer
-  Dev<int32_t> page_table;                     // [slots + 1][max_pages]
+  std::vector<DeviceArray<cuda::bf16>> kpool, vpool;  // per layer
+  DeviceArray<int32_t> page_table;                     // [slots + 1][max_pages]
   std::vector<int32_t> page_table_host;
   std::vector<int32_t> free_pages;
   std::vector<std::vector<int32_t>> slot_pages;
@@ -114,8 +88,8 @@ struct GptOssCudaFp8::Impl {
 
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
-  Dev<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active;
-  Dev<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
+  DeviceArray<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active;
+  DeviceArray<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
   std::map<int, cudaGraphExec_t> graphs;
 
@@ -153,21 +127,21 @@ struct GptOssCudaFp8::Impl {
     d.qkv_bias = upload_bf16(b.data(), N);
     weight_bytes += double(d.qkv.q.n) + 4.0 * d.qkv.s.n;
   }
-  void convert_dense(Fp8Weight& dst, const Bf16Matrix& src, Dev<cuda::bf16>& staging) {
+  void convert_dense(Fp8Weight& dst, const Bf16Matrix& src, DeviceArray<cuda::bf16>& staging) {
     dst.allocate(1, src.rows, src.cols);
     const size_t n = size_t(src.rows) * src.cols;
-    if (staging.n < n) staging = Dev<cuda::bf16>(n);
+    if (staging.n < n) staging = DeviceArray<cuda::bf16>(n);
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr, src.w, n * 2, cudaMemcpyHostToDevice, stream));
     cuda::quantize_bf16_block128(staging.ptr, src.rows, src.cols, dst.q.ptr, dst.s.ptr, dst.stride(), stream);
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
   }
   // q, k, v stacked into one weight: block-aligned stacking quantizes exactly as separately.
-  void convert_qkv(Layer& d, const GptOssLayerWeights& L, Dev<cuda::bf16>& staging) {
+  void convert_qkv(Layer& d, const GptOssLayerWeights& L, DeviceArray<cuda::bf16>& staging) {
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), N = Q + 2 * KV;
     d.qkv.allocate(1, N, H);
     const size_t n = size_t(N) * H;
-    if (staging.n < n) staging = Dev<cuda::bf16>(n);
+    if (staging.n < n) staging = DeviceArray<cuda::bf16>(n);
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr, L.q.w, size_t(Q) * H * 2, cudaMemcpyHostToDevice, stream));
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr + size_t(Q) * H, L.k.w, size_t(KV) * H * 2, cudaMemcpyHostToDevice, stream));
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr + size_t(Q + KV) * H, L.v.w, size_t(KV) * H * 2, cudaMemcpyHostToDevice, stream));
@@ -180,11 +154,11 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += double(d.qkv.q.n) + 4.0 * d.qkv.s.n;
   }
-  void convert_experts(Fp8Weight& dst, const Mxfp4Experts& src, Dev<uint8_t>& blocks, Dev<uint8_t>& scales) {
+  void convert_experts(Fp8Weight& dst, const Mxfp4Experts& src, DeviceArray<uint8_t>& blocks, DeviceArray<uint8_t>& scales) {
     dst.allocate(src.experts, src.rows, src.cols);
     const size_t nb = size_t(src.experts) * src.rows * src.cols / 2, ns = nb / 16;
-    if (blocks.n < nb) blocks = Dev<uint8_t>(nb);
-    if (scales.n < ns) scales = Dev<uint8_t>(ns);
+    if (blocks.n < nb) blocks = DeviceArray<uint8_t>(nb);
+    if (scales.n < ns) scales = DeviceArray<uint8_t>(ns);
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(blocks.ptr, src.blocks, nb, cudaMemcpyHostToDevice, stream));
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(scales.ptr, src.scales, ns, cudaMemcpyHostToDevice, stream));
     const size_t per_b = nb / src.experts, per_s = ns / src.experts;
@@ -204,8 +178,8 @@ struct GptOssCudaFp8::Impl {
     lt = std::make_unique<cuda::BlockFp8Gemm>(stream);
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
     Progress progress(w.fp8 ? "loading fp8 weights to the GPU" : "loading weights to the GPU as fp8", cfg.num_layers + 1);
-    Dev<cuda::bf16> staging;
-    Dev<uint8_t> blocks, scales;
+    DeviceArray<cuda::bf16> staging;
+    DeviceArray<uint8_t> blocks, scales;
     embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
     final_norm = upload_bf16(w.final_norm, H);
     if (w.fp8) upload_fp8(unembed, w.fp8->unembed);
@@ -225,9 +199,7 @@ struct GptOssCudaFp8::Impl {
       d.router_bias = upload_bf16(L.router_bias, E);
       d.b1 = upload_bf16(L.mlp1.bias, size_t(E) * 2 * I);
       d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
-      std::vector<float> r(size_t(E) * H);
-      for (size_t i = 0; i < r.size(); ++i) r[i] = bf16_to_f32(L.router.w[i]);
-      d.router = upload(r.data(), r.size());
+      d.router = cuda::upload_bf16_as_f32(L.router.w, size_t(E) * H);
       d.fused_qkv = Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0;
       if (w.fp8) {  // converted checkpoint: upload as is
         const GptOssFp8Layer& F = w.fp8->layers[layers.size()];
@@ -266,16 +238,16 @@ struct GptOssCudaFp8::Impl {
     rows_max = std::max(opt.prefill_chunk, bucket_max);
     const int R = rows_max, P = cuda::moe_rows_max(R, cfg.experts_per_token, E);
     const int R4 = fp8::round4(R);
-    d_tok = Dev<int32_t>(R), d_slot = Dev<int32_t>(R), d_pos = Dev<int32_t>(R), d_out_id = Dev<int32_t>(R);
-    d_idx = Dev<int32_t>(size_t(R) * cfg.experts_per_token), d_seg = Dev<int32_t>(E + 1), d_active = Dev<int32_t>(E);
-    d_row_token = Dev<int32_t>(P), d_pair_row = Dev<int32_t>(size_t(R) * cfg.experts_per_token);
-    x = Dev<float>(size_t(R4) * H), h = Dev<float>(size_t(R4) * H), q = Dev<float>(size_t(R4) * Q);
-    qkv = Dev<float>(size_t(R4) * (Q + 2 * KV));
-    k = Dev<float>(size_t(R4) * KV), v = Dev<float>(size_t(R4) * KV), attn = Dev<float>(size_t(R4) * Q);
-    rlogits = Dev<float>(size_t(R) * E), rw = Dev<float>(size_t(R) * cfg.experts_per_token);
-    t1 = Dev<float>(size_t(P) * 2 * I), a = Dev<float>(size_t(P) * I), y = Dev<float>(size_t(P) * H);
-    logits = Dev<float>(size_t(bucket_max) * cfg.vocab);
-    split_scratch = Dev<float>(size_t(bucket_max) * cfg.num_heads * decode_splits() * (cfg.head_dim + 2));
+    d_tok = DeviceArray<int32_t>(R), d_slot = DeviceArray<int32_t>(R), d_pos = DeviceArray<int32_t>(R), d_out_id = DeviceArray<int32_t>(R);
+    d_idx = DeviceArray<int32_t>(size_t(R) * cfg.experts_per_token), d_seg = DeviceArray<int32_t>(E + 1), d_active = DeviceArray<int32_t>(E);
+    d_row_token = DeviceArray<int32_t>(P), d_pair_row = DeviceArray<int32_t>(size_t(R) * cfg.experts_per_token);
+    x = DeviceArray<float>(size_t(R4) * H), h = DeviceArray<float>(size_t(R4) * H), q = DeviceArray<float>(size_t(R4) * Q);
+    qkv = DeviceArray<float>(size_t(R4) * (Q + 2 * KV));
+    k = DeviceArray<float>(size_t(R4) * KV), v = DeviceArray<float>(size_t(R4) * KV), attn = DeviceArray<float>(size_t(R4) * Q);
+    rlogits = DeviceArray<float>(size_t(R) * E), rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token);
+    t1 = DeviceArray<float>(size_t(P) * 2 * I), a = DeviceArray<float>(size_t(P) * I), y = DeviceArray<float>(size_t(P) * H);
+    logits = DeviceArray<float>(size_t(bucket_max) * cfg.vocab);
+    split_scratch = DeviceArray<float>(size_t(bucket_max) * cfg.num_heads * decode_splits() * (cfg.head_dim + 2));
     act_h.reserve(R4, H), act_attn.reserve(R4, Q), act_moe.reserve(P, H), act_a.reserve(P, I);
     // KV cache: pages for full layers, rings for sliding ones; one extra (dummy) slot.
     max_pages = (opt.max_context + cuda::kPage - 1) / cuda::kPage;
@@ -304,8 +276,8 @@ struct GptOssCudaFp8::Impl {
     }
     for (int l = 0; l < cfg.num_layers; ++l)
       if (!layers[l].sliding) {
-        kpool[l] = Dev<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
-        vpool[l] = Dev<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
+        kpool[l] = DeviceArray<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
+        vpool[l] = DeviceArray<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
       }
     page_table_host.assign(size_t(opt.slots + 1) * max_pages, 0);
     page_table = upload(page_table_host.data(), page_table_host.size());
@@ -375,7 +347,7 @@ struct GptOssCudaFp8::Impl {
   void compare_with_skinny(const Fp8Weight& W, const ActBuf& act, const float* lt_out, int T, int e, const char* what,
                            const float* xs = nullptr, const uint8_t* xq = nullptr) {
     const int N = W.rows, K = W.cols;
-    Dev<float> ref(size_t(T) * N);
+    DeviceArray<float> ref(size_t(T) * N);
     cuda::ActSegments sg{nullptr, 1, T, T % 4 ? fp8::round4(T) : T};
     cuda::fp8_gemm_skinny(W.data(e), W.scale(e), W.stride(), nullptr, xq ? xq : act.q.ptr, xs ? xs : act.s.ptr, sg,
                           ref.ptr, N, false, N, K, T, stream);
@@ -500,7 +472,7 @@ struct GptOssCudaFp8::Impl {
     if (tokens.empty()) fail_plain("prefill: no tokens");
     ensure_pages(slot, len[slot] + int(tokens.size()));
     std::vector<float> out;
-    Dev<float> all;
+    DeviceArray<float> all;
     if (all_logits) out.resize(tokens.size() * size_t(cfg.vocab));
     for (size_t i0 = 0; i0 < tokens.size(); i0 += opt.prefill_chunk) {
       const int T = int(std::min(tokens.size() - i0, size_t(opt.prefill_chunk)));
@@ -517,7 +489,7 @@ struct GptOssCudaFp8::Impl {
       len[slot] += T;
       const bool last = i0 + T == tokens.size();
       if (all_logits) {
-        if (all.n < size_t(T) * cfg.vocab) all = Dev<float>(size_t(T) * cfg.vocab);
+        if (all.n < size_t(T) * cfg.vocab) all = DeviceArray<float>(size_t(T) * cfg.vocab);
         unembed_rows(0, T, all.ptr);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data() + i0 * cfg.vocab, all.ptr, size_t(T) * cfg.vocab * 4,
                                           cudaMemcpyDeviceToHost, stream));
@@ -650,7 +622,7 @@ int64_t GptOssCudaFp8::free_kv_pages() const { return int64_t(impl_->free_pages.
 
 double GptOssCudaFp8::measure_copy_bandwidth() {
   const size_t n = size_t(2) << 30;
-  Dev<uint8_t> a(n), b(n);
+  DeviceArray<uint8_t> a(n), b(n);
   OSPREY_CUDA_CHECK(cudaMemset(a.ptr, 1, n));
   cudaEvent_t e0, e1;
   OSPREY_CUDA_CHECK(cudaEventCreate(&e0));

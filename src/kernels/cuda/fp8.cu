@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fp8.cuh"
 
 namespace osprey::cuda {
@@ -19,11 +20,6 @@ __host__ __device__ inline int round4(int n) { return (n + 3) / 4 * 4; }
 
 __device__ inline uint8_t e4m3(float v) { return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)); }
 __device__ inline float block_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
-
-__device__ inline float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 struct Bf16Source {
   const bf16* w;
@@ -68,15 +64,21 @@ __global__ void quantize_block128_kernel(Src src, int rows, int cols, uint8_t* q
   }
 }
 
-// Scale offset of (row r, block kb) in a segment layout.
-__device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
-  if (!sg.seg) return size_t(kb) * sg.ld + r;
-  int lo = 0, hi = sg.n;  // find e with seg[e] <= r < seg[e+1]
+// The segment e with seg[e] <= r < seg[e + 1].
+__device__ inline int segment_of(const ActSegments& sg, int r) {
+  int lo = 0, hi = sg.n;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
     if (sg.seg[mid] <= r) lo = mid;
     else hi = mid;
   }
+  return lo;
+}
+
+// Scale offset of (row r, block kb) in a segment layout.
+__device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
+  if (!sg.seg) return size_t(kb) * sg.ld + r;
+  const int lo = segment_of(sg, r);
   const int s0 = sg.seg[lo], len = sg.seg[lo + 1] - s0;
   return size_t(KB) * s0 + size_t(kb) * len + (r - s0);
 }
@@ -117,12 +119,11 @@ __global__ void rmsnorm_quant_kernel(const float* x, const bf16* gain, int H, fl
   const float* xt = x + size_t(t) * H;
   float ss = 0;
   for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xt[i] * xt[i];
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  ss = warp_sum(ss);
   if (lane == 0) part[warp] = ss;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const float v = warp_sum(threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f);
     if (threadIdx.x == 0) part[0] = v;
   }
   __syncthreads();
@@ -297,22 +298,11 @@ __global__ void moe_bias_swiglu_kernel(const float* t, const bf16* b1, ActSegmen
                                        float alpha, float limit) {
   const int r = blockIdx.x;
   if (r >= sg.seg[sg.n]) return;
-  const bf16* b = nullptr;
-  if (b1) {
-    int lo = 0, hi = sg.n;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (sg.seg[mid] <= r) lo = mid;
-      else hi = mid;
-    }
-    b = b1 + size_t(lo) * 2 * I;
-  }
+  const bf16* b = b1 ? b1 + size_t(segment_of(sg, r)) * 2 * I : nullptr;
   for (int i = threadIdx.x; i < I; i += blockDim.x) {
     float gt = t[size_t(r) * 2 * I + 2 * i], up = t[size_t(r) * 2 * I + 2 * i + 1];
     if (b) gt += __bfloat162float(b[2 * i]), up += __bfloat162float(b[2 * i + 1]);
-    gt = fminf(gt, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    a[size_t(r) * I + i] = gt / (1.0f + expf(-alpha * gt)) * (up + 1.0f);
+    a[size_t(r) * I + i] = swiglu_clamped(gt, up, alpha, limit);
   }
 }
 

@@ -2,6 +2,7 @@
 // fp32 activations and accumulation. The MXFP4 variant reads expert weights as stored (4.25 bits
 // a weight) and picks its experts from the router's device-side top-k, so a decode step never
 // waits on the host.
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/gemv.cuh"
 
 namespace osprey::cuda {
@@ -9,11 +10,6 @@ namespace osprey::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __device__ inline float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 

@@ -2,6 +2,7 @@
 // one warp or block per row, fp32 math; the GEMMs go to cuBLAS (gemm.cu).
 #include <cfloat>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace osprey::cuda {
@@ -11,11 +12,6 @@ namespace {
 constexpr int kThreads = 256;
 inline unsigned blocks_for(size_t n, int threads = kThreads) { return unsigned((n + threads - 1) / threads); }
 void check_launch() { OSPREY_CUDA_CHECK(cudaGetLastError()); }
-
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void embedding_kernel(const bf16* table, const int32_t* tokens, float* out, int H) {
   const int t = blockIdx.x;
@@ -65,19 +61,24 @@ __global__ void to_bf16_kernel(const float* src, bf16* dst, size_t n) {
   if (i < n) dst[i] = __float2bfloat16(src[i]);
 }
 
+// Half-split YaRN rotation of pair i of one head (in may equal out).
+__device__ inline void rotate_pair(const float* in, float* out, int i, int half, int pos, const float* inv_freq,
+                                   float c) {
+  const float theta = float(pos) * inv_freq[i];
+  float sn, cs;
+  sincosf(theta, &sn, &cs);
+  cs *= c;
+  sn *= c;
+  const float x1 = in[i], x2 = in[i + half];
+  out[i] = x1 * cs - x2 * sn;
+  out[i + half] = x2 * cs + x1 * sn;
+}
+
 __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv_freq, float c, int heads, int d) {
   const int t = blockIdx.x, half = d / 2;
   for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
-    const int h = j / half, i = j % half;
-    const float theta = float(positions[t]) * inv_freq[i];
-    float sn, cs;
-    sincosf(theta, &sn, &cs);
-    cs *= c;
-    sn *= c;
-    float* v = x + (size_t(t) * heads + h) * d;
-    const float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * cs - x2 * sn;
-    v[i + half] = x2 * cs + x1 * sn;
+    float* v = x + (size_t(t) * heads + j / half) * d;
+    rotate_pair(v, v, j % half, half, positions[t], inv_freq, c);
   }
 }
 
@@ -86,17 +87,9 @@ __global__ void qkv_split_rope_kernel(const float* qkv, const int32_t* positions
   const int t = blockIdx.x, half = d / 2, width = (heads + 2 * kv_heads) * d;
   const float* src = qkv + size_t(t) * width;
   for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
-    const int hh = j / half, i = j % half;
-    const float theta = float(positions[t]) * inv_freq[i];
-    float sn, cs;
-    sincosf(theta, &sn, &cs);
-    cs *= c;
-    sn *= c;
-    const float* in = src + size_t(hh) * d;  // q heads, then k heads
+    const int hh = j / half;  // q heads, then k heads
     float* o = hh < heads ? q + (size_t(t) * heads + hh) * d : k + (size_t(t) * kv_heads + (hh - heads)) * d;
-    const float x1 = in[i], x2 = in[i + half];
-    o[i] = x1 * cs - x2 * sn;
-    o[i + half] = x2 * cs + x1 * sn;
+    rotate_pair(src + size_t(hh) * d, o, j % half, half, positions[t], inv_freq, c);
   }
   for (int j = threadIdx.x; j < kv_heads * d; j += blockDim.x) v[size_t(t) * kv_heads * d + j] = src[(heads + kv_heads) * d + j];
 }
@@ -217,11 +210,7 @@ __global__ void topk_softmax_kernel(const float* logits, int32_t* idx, float* w,
       for (int p = 0; p < j; ++p) taken |= chosen[p] == e;
       if (!taken && (l[e] > best || (l[e] == best && e < bi))) best = l[e], bi = e;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
-    }
+    warp_argmax(best, bi);
     chosen[j] = bi;
     vals[j] = best;
   }
@@ -238,8 +227,7 @@ template <typename Out>
 __global__ void swiglu_kernel(const float* t, Out* a, size_t n, float alpha, float limit) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float g = fminf(t[2 * i], limit), u = fminf(fmaxf(t[2 * i + 1], -limit), limit);
-  a[i] = from_float<Out>(g / (1.0f + expf(-alpha * g)) * (u + 1.0f));
+  a[i] = from_float<Out>(swiglu_clamped(t[2 * i], t[2 * i + 1], alpha, limit));
 }
 
 __global__ void to_f32_kernel(const bf16* src, float* dst, size_t n) {
@@ -283,11 +271,7 @@ __global__ void argmax_partial_kernel(const float* logits, int V) {
   int bi = INT32_MAX;
   for (int i = b + threadIdx.x; i < e; i += blockDim.x)
     if (l[i] > best || (l[i] == best && i < bi)) best = l[i], bi = i;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
-  }
+  warp_argmax(best, bi);
   __shared__ float sv[32];
   __shared__ int si[32];
   if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = best, si[threadIdx.x >> 5] = bi;
@@ -310,11 +294,7 @@ __global__ void argmax_final_kernel(int32_t* out, int rows) {
     const int i = g_argmax_idx[r * kArgmaxChunks + c];
     if (v > best || (v == best && i < bi)) best = v, bi = i;
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
-  }
+  warp_argmax(best, bi);
   if (lane == 0) out[r] = bi;
 }
 

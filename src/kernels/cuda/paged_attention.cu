@@ -5,20 +5,12 @@
 // the 32 value rows with the probabilities broadcast by shuffle.
 #include <cfloat>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace osprey::cuda {
 
 namespace {
-
-__device__ inline float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __device__ inline size_t kv_row(const KvLayerView& L, int slot, int j) {
   if (L.page_table) {
