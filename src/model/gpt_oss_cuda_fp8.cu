@@ -120,11 +120,7 @@ struct GptOssCudaFp8::Impl {
                                    size_t(fp8::blocks(m->rows)) * m->scale_stride() * 4, cudaMemcpyHostToDevice));
       row += m->rows;
     }
-    std::vector<bf16> b(N);
-    std::copy_n(L.q_bias, Q, b.begin());
-    std::copy_n(L.k_bias, KV, b.begin() + Q);
-    std::copy_n(L.v_bias, KV, b.begin() + Q + KV);
-    d.qkv_bias = upload_bf16(b.data(), N);
+    d.qkv_bias = upload_qkv_bias(L);
     weight_bytes += double(d.qkv.q.n) + 4.0 * d.qkv.s.n;
   }
   void convert_dense(Fp8Weight& dst, const Bf16Matrix& src, DeviceArray<cuda::bf16>& staging) {
@@ -136,6 +132,15 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
   }
+  // The q, k, v biases stacked as the fused weight's rows are.
+  DeviceArray<cuda::bf16> upload_qkv_bias(const GptOssLayerWeights& L) const {
+    const int Q = cfg.q_dim(), KV = cfg.kv_dim();
+    std::vector<bf16> b(Q + 2 * KV);
+    std::copy_n(L.q_bias, Q, b.begin());
+    std::copy_n(L.k_bias, KV, b.begin() + Q);
+    std::copy_n(L.v_bias, KV, b.begin() + Q + KV);
+    return upload_bf16(b.data(), b.size());
+  }
   // q, k, v stacked into one weight: block-aligned stacking quantizes exactly as separately.
   void convert_qkv(Layer& d, const GptOssLayerWeights& L, DeviceArray<cuda::bf16>& staging) {
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), N = Q + 2 * KV;
@@ -146,11 +151,7 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr + size_t(Q) * H, L.k.w, size_t(KV) * H * 2, cudaMemcpyHostToDevice, stream));
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(staging.ptr + size_t(Q + KV) * H, L.v.w, size_t(KV) * H * 2, cudaMemcpyHostToDevice, stream));
     cuda::quantize_bf16_block128(staging.ptr, N, H, d.qkv.q.ptr, d.qkv.s.ptr, d.qkv.stride(), stream);
-    std::vector<bf16> b(N);
-    std::copy_n(L.q_bias, Q, b.begin());
-    std::copy_n(L.k_bias, KV, b.begin() + Q);
-    std::copy_n(L.v_bias, KV, b.begin() + Q + KV);
-    d.qkv_bias = upload_bf16(b.data(), N);
+    d.qkv_bias = upload_qkv_bias(L);
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     weight_bytes += double(d.qkv.q.n) + 4.0 * d.qkv.s.n;
   }
@@ -317,16 +318,20 @@ struct GptOssCudaFp8::Impl {
     len[slot] = 0;
   }
 
-  // Dense GEMM y [T][N] (+)= x . W^T + bias, activations already quantized in `act` (ld = round4(T)).
-  // cuBLASLt serves prefill chunks of 64+ rows; decode steps (graph-captured) use the skinny kernel.
-  bool use_lt = false;
-  // Prefill of one slot (set by prefill(), -1 in decode steps): attention through flash_prefill.
-  int prefill_slot = -1, prefill_p0 = 0;
+  // How a forward pass runs: a prefill chunk of one slot, or a decode step over rows of several.
+  struct Pass {
+    int prefill_slot = -1, prefill_p0 = 0;  // prefill: its slot and first position (attention: flash_prefill)
+    bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 64+ rows / the experts
+    int attn_splits = 1;                    // decode attention: KV splits of the full layers
+  };
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
-  void dense(const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T, bool accumulate,
-             float* tmp) {
+
+  // Dense GEMM y [T][N] (+)= x . W^T + bias, activations already quantized in `act` (ld = round4(T)).
+  // Decode steps (graph-captured) always use the skinny kernel.
+  void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
+             bool accumulate, float* tmp) {
     const int N = W.rows, K = W.cols;
-    if (use_lt && T >= 64 && lt->available(fp8::round4(T), N, K)) {
+    if (pass.lt_dense && T >= 64 && lt->available(fp8::round4(T), N, K)) {
       lt->run(W.data(), W.scale(), act.q.ptr, act.s.ptr, accumulate ? tmp : out, fp8::round4(T), N, K);
       if (check_lt) compare_with_skinny(W, act, accumulate ? tmp : out, T, 0, "dense");
       if (accumulate) {
@@ -365,8 +370,8 @@ struct GptOssCudaFp8::Impl {
   }
 
   // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x.
-  // grouped_lt: run the experts through cuBLASLt (needs one host sync per layer; prefill only).
-  void layers_forward(int T, bool grouped_lt, int attn_splits) {
+  // pass.lt_moe: the experts through cuBLASLt (one host sync per layer; prefill only).
+  void layers_forward(int T, const Pass& pass) {
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
     const int Kx = cfg.experts_per_token;
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
@@ -377,27 +382,27 @@ struct GptOssCudaFp8::Impl {
       Layer& L = layers[l];
       cuda::rmsnorm_quantize(x.ptr, L.attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, fp8::round4(T), nullptr, stream);
       if (L.fused_qkv) {
-        dense(L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
+        dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
         cuda::qkv_split_rope(qkv.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.num_kv_heads,
                              cfg.head_dim, q.ptr, k.ptr, v.ptr, stream);
       } else {
-        dense(L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
-        dense(L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
-        dense(L.v, L.v_bias.ptr, act_h, v.ptr, T, false, nullptr);
+        dense(pass, L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
+        dense(pass, L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
+        dense(pass, L.v, L.v_bias.ptr, act_h, v.ptr, T, false, nullptr);
         cuda::rope(q.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.head_dim, stream);
         cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_kv_heads, cfg.head_dim, stream);
       }
       const cuda::KvLayerView kv = view(l);
       cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
-      if (prefill_slot >= 0 && cfg.head_dim == 64 && use_flash)
-        cuda::flash_prefill(kv, q.ptr, L.sinks.ptr, prefill_slot, prefill_p0, attn.ptr, T, cfg.num_heads,
+      if (pass.prefill_slot >= 0 && cfg.head_dim == 64 && use_flash)
+        cuda::flash_prefill(kv, q.ptr, L.sinks.ptr, pass.prefill_slot, pass.prefill_p0, attn.ptr, T, cfg.num_heads,
                             L.sliding ? cfg.sliding_window : 0, scale, stream);
       else
         cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, T, cfg.num_heads,
-                              L.sliding ? cfg.sliding_window : 0, scale, L.sliding ? 1 : attn_splits,
+                              L.sliding ? cfg.sliding_window : 0, scale, L.sliding ? 1 : pass.attn_splits,
                               split_scratch.ptr, stream);
       quantize_dense(attn.ptr, act_attn, T, Q);
-      dense(L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
+      dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE.
       cuda::rmsnorm_to_f32(x.ptr, L.mlp_norm.ptr, h.ptr, T, H, eps, stream);
       cuda::linear_f32_small(L.router.ptr, h.ptr, L.router_bias.ptr, rlogits.ptr, T, E, H, stream);
@@ -405,7 +410,7 @@ struct GptOssCudaFp8::Impl {
       cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr, stream);
       const cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
       cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
-      if (grouped_lt) {
+      if (pass.lt_moe) {
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
         OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
@@ -443,11 +448,11 @@ struct GptOssCudaFp8::Impl {
   }
 
   // Final norm + unembedding of rows [first, T) of x into `out` [T - first][vocab].
-  void unembed_rows(int first, int T, float* out) {
+  void unembed_rows(const Pass& pass, int first, int T, float* out) {
     const int H = cfg.hidden, n = T - first;
     cuda::rmsnorm_quantize(x.ptr + size_t(first) * H, final_norm.ptr, n, H, float(cfg.rms_norm_eps), act_h.q.ptr,
                            act_h.s.ptr, fp8::round4(n), nullptr, stream);
-    dense(unembed, nullptr, act_h, out, n, false, nullptr);
+    dense(pass, unembed, nullptr, act_h, out, n, false, nullptr);
   }
 
   void set_rows(const int32_t* tok, const int32_t* slot, const int32_t* pos, int T) {
@@ -465,7 +470,8 @@ struct GptOssCudaFp8::Impl {
         fail_plain("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
   }
 
-  // Prefill in chunks; returns the device logits pointer of the last chunk's requested rows.
+  // Prefill in chunks; returns the logits of every token (all_logits) or of the last one, or only its
+  // argmax in *argmax_out.
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int32_t* argmax_out) {
     check_slot(slot);
     check_tokens(tokens);
@@ -480,21 +486,21 @@ struct GptOssCudaFp8::Impl {
       for (int i = 0; i < T; ++i) pos[i] = len[slot] + i;
       set_rows(tokens.data() + i0, slots.data(), pos.data(), T);
       const int H = cfg.hidden, I = cfg.intermediate;
-      const bool lt_moe = opt.cublaslt && !std::getenv("OSPREY_FP8_NO_LT_MOE") && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
-                          lt->available(4, H, I);
-      use_lt = opt.cublaslt && !std::getenv("OSPREY_FP8_NO_LT_DENSE");
-      prefill_slot = slot, prefill_p0 = len[slot];
-      layers_forward(T, lt_moe, 1);
-      prefill_slot = -1;
+      const Pass pass{.prefill_slot = slot,
+                      .prefill_p0 = len[slot],
+                      .lt_dense = opt.cublaslt,
+                      .lt_moe = opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&
+                                lt->available(4, 2 * I, H) && lt->available(4, H, I)};
+      layers_forward(T, pass);
       len[slot] += T;
       const bool last = i0 + T == tokens.size();
       if (all_logits) {
         if (all.n < size_t(T) * cfg.vocab) all = DeviceArray<float>(size_t(T) * cfg.vocab);
-        unembed_rows(0, T, all.ptr);
+        unembed_rows(pass, 0, T, all.ptr);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data() + i0 * cfg.vocab, all.ptr, size_t(T) * cfg.vocab * 4,
                                           cudaMemcpyDeviceToHost, stream));
       } else if (last) {
-        unembed_rows(T - 1, T, logits.ptr);
+        unembed_rows(pass, T - 1, T, logits.ptr);
         if (argmax_out) {
           cuda::argmax_rows(logits.ptr, d_out_id.ptr, 1, cfg.vocab, stream);
           OSPREY_CUDA_CHECK(cudaMemcpyAsync(argmax_out, d_out_id.ptr, 4, cudaMemcpyDeviceToHost, stream));
@@ -510,9 +516,9 @@ struct GptOssCudaFp8::Impl {
 
   // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body).
   void decode_body(int b) {
-    use_lt = false;
-    layers_forward(b, /*grouped_lt=*/false, decode_splits());
-    unembed_rows(0, b, logits.ptr);
+    const Pass pass{.attn_splits = decode_splits()};
+    layers_forward(b, pass);
+    unembed_rows(pass, 0, b, logits.ptr);
     cuda::argmax_rows(logits.ptr, d_out_id.ptr, b, cfg.vocab, stream);
   }
 
