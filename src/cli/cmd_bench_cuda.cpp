@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cli/bench_cuda.h"
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/gpt_oss_cuda_fp8.h"
@@ -72,28 +73,14 @@ double prefill_flops(const GptOssConfig& c, int n) {
   return 2 * per_token * n + 2 * H * c.vocab + 4.0 * c.num_heads * c.head_dim * keys;
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    try {
-      out.push_back(std::stoi(s.substr(i, j - i)));
-    } catch (const std::exception&) {
-      fail("not a comma-separated list of integers: '{}'", s);
-    }
-    if (out.back() <= 0) fail("list entries must be positive: '{}'", s);
-    i = j + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 void run_bench_cuda(const BenchCudaArgs& a) {
-  const std::vector<int> prefill_lens = parse_list(a.prefill_lens), batches = parse_list(a.batches),
-                         contexts = parse_list(a.contexts);
+  auto positive = [](const std::string& s, const char* option) {
+    return parse_int_list(s, option, "a positive integer", /*positive=*/true);
+  };
+  const std::vector<int32_t> prefill_lens = positive(a.prefill_lens, "--prefill-lens"),
+                             batches = positive(a.batches, "--batches"), contexts = positive(a.contexts, "--contexts");
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int max_ctx = std::max(*std::max_element(contexts.begin(), contexts.end()) + a.steps + 2,
                                *std::max_element(prefill_lens.begin(), prefill_lens.end()) + 2);

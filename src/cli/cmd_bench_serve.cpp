@@ -113,8 +113,7 @@ void add_bench_serve(CLI::App* bench) {
     nlohmann::json runs = nlohmann::json::array();
     fmt::print(stderr, "{:>5} {:>6} {:>9} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}\n", "conc", "reqs", "secs",
                "out tok/s", "total tok/s", "ttft p50", "ttft p99", "itl p50", "itl p99");
-    for (int c : parse_token_list(args->concurrency)) {
-      if (c <= 0) fail("--concurrency values must be positive");
+    for (int c : parse_int_list(args->concurrency, "--concurrency", "a positive integer", /*positive=*/true)) {
       const int n = args->num_prompts > 0 ? args->num_prompts : std::max(8, 4 * c);
       std::mt19937_64 rng(args->seed + uint64_t(c));
       std::vector<std::vector<int32_t>> prompts(n);

@@ -23,6 +23,9 @@ void add_bench_serve(CLI::App* bench);
 // --text S or --file F
 std::string read_text_arg(const std::string& text, const std::string& file);
 
+// "1,2,3" -> integers >= 0 (>= 1 when positive); errors name the option and say what an entry must be.
+std::vector<int32_t> parse_int_list(const std::string& s, const std::string& option, const std::string& what,
+                                    bool positive = false);
 // "1,2,3" -> ids; throws Error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);
 

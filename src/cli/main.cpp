@@ -10,7 +10,8 @@
 
 namespace osprey::cli {
 
-std::vector<int32_t> parse_token_list(const std::string& s) {
+std::vector<int32_t> parse_int_list(const std::string& s, const std::string& option, const std::string& what,
+                                    bool positive) {
   std::vector<int32_t> out;
   size_t i = 0;
   while (i <= s.size()) {
@@ -18,17 +19,19 @@ std::vector<int32_t> parse_token_list(const std::string& s) {
     if (j == std::string::npos) j = s.size();
     std::string item = s.substr(i, j - i);
     size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a == std::string::npos) fail("--tokens: empty entry in '{}'", s);
+    if (a == std::string::npos) fail("{}: empty entry in '{}'", option, s);
     item = item.substr(a, b - a + 1);
     char* end = nullptr;
     errno = 0;
     long long v = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0' || errno != 0 || v < 0 || v > INT32_MAX) fail("--tokens: '{}' is not a token id", item);
+    if (*end != '\0' || errno != 0 || v < (positive ? 1 : 0) || v > INT32_MAX) fail("{}: '{}' is not {}", option, item, what);
     out.push_back(int32_t(v));
     i = j + 1;
   }
   return out;
 }
+
+std::vector<int32_t> parse_token_list(const std::string& s) { return parse_int_list(s, "--tokens", "a token id"); }
 
 }  // namespace osprey::cli
 

@@ -1,7 +1,11 @@
 #include "formats/safetensors_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -63,6 +67,45 @@ void SafetensorsWriter::close() {
     std::remove(tmp_path_.c_str());
     fail("cannot finish {}: {}", path_, std::strerror(errno));
   }
+}
+
+uint64_t write_sharded_safetensors(const std::string& dir, const std::vector<ShardedTensor>& tensors, int shards,
+                                   const std::map<std::string, std::string>& metadata, Progress* progress) {
+  namespace fs = std::filesystem;
+  uint64_t total = 0;
+  for (auto& t : tensors) total += t.spec.nbytes();
+  shards = std::max(1, shards);
+  std::vector<std::vector<const ShardedTensor*>> files(shards);
+  uint64_t acc = 0;
+  for (auto& t : tensors) {
+    const int f = std::min(shards - 1, int(total ? acc * shards / total : 0));
+    files[f].push_back(&t);
+    acc += t.spec.nbytes();
+  }
+  files.erase(std::remove_if(files.begin(), files.end(), [](auto& f) { return f.empty(); }), files.end());
+  nlohmann::json weight_map = nlohmann::json::object();
+  const int n = int(files.size());
+  for (int f = 0; f < n; ++f) {
+    const std::string fname = n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", f, n - 1);
+    std::vector<TensorSpec> specs;
+    for (auto* t : files[f]) specs.push_back(t->spec);
+    SafetensorsWriter w((fs::path(dir) / fname).string(), specs, metadata);
+    for (auto* t : files[f]) {
+      w.write_next(t->fill, progress);
+      weight_map[t->spec.name] = fname;
+    }
+    w.close();
+  }
+  if (n > 1)
+    write_json_file((fs::path(dir) / "model.safetensors.index.json").string(),
+                    {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  return total;
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) fail("cannot write {}", path);
 }
 
 }  // namespace osprey

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,20 @@ class SafetensorsWriter {
   size_t next_ = 0;
   FILE* f_ = nullptr;
 };
+
+// A tensor of a sharded checkpoint: its spec and the bytes, produced chunk by chunk.
+struct ShardedTensor {
+  TensorSpec spec;
+  ChunkFill fill;
+};
+
+// Writes the tensors, in order, as contiguous runs into `shards` files of about equal size
+// (model.safetensors when there is one, model-0000i-of-0000n.safetensors and
+// model.safetensors.index.json otherwise). Returns the bytes of tensors written.
+uint64_t write_sharded_safetensors(const std::string& dir, const std::vector<ShardedTensor>& tensors, int shards,
+                                   const std::map<std::string, std::string>& metadata, Progress* progress);
+
+// j as a file (two-space indent, newline), or an Error naming the path.
+void write_json_file(const std::string& path, const nlohmann::json& j);
 
 }  // namespace osprey

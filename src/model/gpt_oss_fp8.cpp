@@ -89,23 +89,23 @@ namespace osprey {
 
 namespace {
 
-// A tensor to write: its spec and where its bytes are.
-struct OutTensor {
-  TensorSpec spec;
-  const void* data;
-};
+// A tensor to write from memory.
+ShardedTensor from_memory(TensorSpec spec, const void* data) {
+  const uint8_t* src = static_cast<const uint8_t*>(data);
+  return {std::move(spec), [src](uint8_t* dst, uint64_t off, size_t nb) { std::memcpy(dst, src + off, nb); }};
+}
 
 std::string layer_prefix(int l) { return fmt::format("model.layers.{}.", l); }
 
-void add_fp8(std::vector<OutTensor>& out, const std::string& name, const fp8::Matrix& m) {
+void add_fp8(std::vector<ShardedTensor>& out, const std::string& name, const fp8::Matrix& m) {
   std::vector<int64_t> shape = {m.rows, m.cols}, sshape = {m.scale_rows(), m.scale_stride()};
   if (m.count > 1) shape.insert(shape.begin(), m.count), sshape.insert(sshape.begin(), m.count);
-  out.push_back({{name + "_fp8", DType::F8_E4M3, shape}, m.data()});
-  out.push_back({{name + "_fp8_scale", DType::F32, sshape}, m.scale()});
+  out.push_back(from_memory({name + "_fp8", DType::F8_E4M3, shape}, m.data()));
+  out.push_back(from_memory({name + "_fp8_scale", DType::F32, sshape}, m.scale()));
 }
 
-void add_bf16(std::vector<OutTensor>& out, const std::string& name, const bf16* p, std::vector<int64_t> shape) {
-  out.push_back({{name, DType::BF16, std::move(shape)}, p});
+void add_bf16(std::vector<ShardedTensor>& out, const std::string& name, const bf16* p, std::vector<int64_t> shape) {
+  out.push_back(from_memory({name, DType::BF16, std::move(shape)}, p));
 }
 
 }  // namespace
@@ -119,7 +119,7 @@ uint64_t write_fp8_checkpoint(const GptOssWeights& w, const GptOssFp8Weights& f,
   fs::create_directories(out_dir, ec);
   if (ec) fail("cannot create {}: {}", out_dir, ec.message());
   if (fs::equivalent(out_dir, w.store.dir(), ec)) fail("convert: --out must differ from the source directory");
-  std::vector<OutTensor> t;
+  std::vector<ShardedTensor> t;
   add_bf16(t, "model.embed_tokens.weight", w.embed.w, {V, H});
   add_bf16(t, "model.norm.weight", w.final_norm, {H});
   add_fp8(t, "lm_head.weight", f.unembed);
@@ -147,45 +147,18 @@ uint64_t write_fp8_checkpoint(const GptOssWeights& w, const GptOssFp8Weights& f,
   }
   uint64_t total = 0;
   for (auto& x : t) total += x.spec.nbytes();
-  // Shards of about 4 GiB, tensors in order.
-  const uint64_t shard_bytes = uint64_t(4) << 30;
-  std::vector<std::vector<const OutTensor*>> files(1);
-  uint64_t acc = 0;
-  for (auto& x : t) {
-    if (acc > 0 && acc + x.spec.nbytes() > shard_bytes) files.emplace_back(), acc = 0;
-    files.back().push_back(&x);
-    acc += x.spec.nbytes();
-  }
   std::optional<Progress> progress;
   if (show_progress) progress.emplace("writing fp8 checkpoint", total);
-  nlohmann::json weight_map = nlohmann::json::object();
-  const int n = int(files.size());
-  for (int i = 0; i < n; ++i) {
-    const std::string fname = n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", i, n - 1);
-    std::vector<TensorSpec> specs;
-    for (auto* x : files[i]) specs.push_back(x->spec);
-    SafetensorsWriter out((fs::path(out_dir) / fname).string(), specs, {{"format", "pt"}, {"osprey_fp8", "e4m3_block128"}});
-    for (auto* x : files[i]) {
-      const uint8_t* src = static_cast<const uint8_t*>(x->data);
-      out.write_next([src](uint8_t* dst, uint64_t off, size_t nb) { std::memcpy(dst, src + off, nb); },
-                     progress ? &*progress : nullptr);
-      weight_map[x->spec.name] = fname;
-    }
-    out.close();
-  }
+  const uint64_t shard_bytes = uint64_t(4) << 30;  // shards of about 4 GiB
+  write_sharded_safetensors(out_dir, t, int((total + shard_bytes - 1) / shard_bytes),
+                            {{"format", "pt"}, {"osprey_fp8", "e4m3_block128"}}, progress ? &*progress : nullptr);
   if (progress) progress->finish();
-  auto write_json = [&](const std::string& name, const nlohmann::json& j) {
-    std::ofstream o(fs::path(out_dir) / name);
-    o << j.dump(2) << "\n";
-    if (!o) fail("cannot write {}", (fs::path(out_dir) / name).string());
-  };
-  if (n > 1) write_json("model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
   nlohmann::json cfg = c.to_hf_json();
   cfg["osprey_fp8"] = {{"format", "float8_e4m3fn"},
                        {"weight_block_size", {fp8::kBlock, fp8::kBlock}},
                        {"scale", "amax / 448 per block; scale tensors [rows/128][cols/128], both rounded up to a multiple of 4"},
                        {"converted", {"q_proj", "k_proj", "v_proj", "o_proj", "experts", "lm_head"}}};
-  write_json("config.json", cfg);
+  write_json_file((fs::path(out_dir) / "config.json").string(), cfg);
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
     const fs::path src = fs::path(w.store.dir()) / name;
     if (fs::exists(src)) fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);

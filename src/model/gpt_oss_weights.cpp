@@ -44,54 +44,39 @@ GptOssWeights GptOssWeights::load(const std::string& dir) {
   const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts;
   w.layout = w.store.has("embedding.weight") ? Layout::Original : Layout::HuggingFace;
   w.layers.resize(c.num_layers);
-  if (w.store.has("lm_head.weight_fp8")) {  // written by `osprey convert`: FP8 GEMM weights, the rest as stored
-    w.fp8 = load_fp8_views(w.store, c);
+  // A checkpoint written by `osprey convert` has the HF names; its GEMM weights are FP8 views
+  // (weights.fp8) and the matrices here keep only their shapes.
+  const bool converted = w.store.has("lm_head.weight_fp8");
+  if (converted) w.fp8 = load_fp8_views(w.store, c);
+  auto gemm = [&](const std::string& name, int rows, int cols) {
+    return converted ? Bf16Matrix{nullptr, rows, cols} : ld.mat(name, rows, cols);
+  };
+  auto experts = [&](const std::string& prefix, int rows, int cols) {
+    if (!converted) return ld.experts(prefix + "_blocks", prefix + "_scales", prefix + "_bias", rows, cols);
+    return Mxfp4Experts{nullptr, nullptr, w.store.get(prefix + "_bias", DType::BF16, {E, rows}).as<bf16>(), E, rows, cols};
+  };
+  if (w.layout == Layout::HuggingFace) {  // (a converted checkpoint has HF names)
     w.embed = ld.mat("model.embed_tokens.weight", c.vocab, H);
-    w.unembed = {nullptr, c.vocab, H};
+    w.unembed = gemm("lm_head.weight", c.vocab, H);
     w.final_norm = ld.vec("model.norm.weight", H);
     for (int l = 0; l < c.num_layers; ++l) {
       std::string p = fmt::format("model.layers.{}.", l);
       GptOssLayerWeights& L = w.layers[l];
       L.attn_norm = ld.vec(p + "input_layernorm.weight", H);
-      L.q = {nullptr, Q, H};
-      L.k = {nullptr, KV, H};
-      L.v = {nullptr, KV, H};
+      L.q = gemm(p + "self_attn.q_proj.weight", Q, H);
+      L.k = gemm(p + "self_attn.k_proj.weight", KV, H);
+      L.v = gemm(p + "self_attn.v_proj.weight", KV, H);
       L.q_bias = ld.vec(p + "self_attn.q_proj.bias", Q);
       L.k_bias = ld.vec(p + "self_attn.k_proj.bias", KV);
       L.v_bias = ld.vec(p + "self_attn.v_proj.bias", KV);
-      L.o = {nullptr, H, Q};
+      L.o = gemm(p + "self_attn.o_proj.weight", H, Q);
       L.o_bias = ld.vec(p + "self_attn.o_proj.bias", H);
       L.sinks = ld.vec(p + "self_attn.sinks", c.num_heads);
       L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", H);
       L.router = ld.mat(p + "mlp.router.weight", E, H);
       L.router_bias = ld.vec(p + "mlp.router.bias", E);
-      L.mlp1 = {nullptr, nullptr, ld.s.get(p + "mlp.experts.gate_up_proj_bias", DType::BF16, {E, 2 * I}).as<bf16>(), E, 2 * I, H};
-      L.mlp2 = {nullptr, nullptr, ld.s.get(p + "mlp.experts.down_proj_bias", DType::BF16, {E, H}).as<bf16>(), E, H, I};
-    }
-  } else if (w.layout == Layout::HuggingFace) {
-    w.embed = ld.mat("model.embed_tokens.weight", c.vocab, H);
-    w.unembed = ld.mat("lm_head.weight", c.vocab, H);
-    w.final_norm = ld.vec("model.norm.weight", H);
-    for (int l = 0; l < c.num_layers; ++l) {
-      std::string p = fmt::format("model.layers.{}.", l);
-      GptOssLayerWeights& L = w.layers[l];
-      L.attn_norm = ld.vec(p + "input_layernorm.weight", H);
-      L.q = ld.mat(p + "self_attn.q_proj.weight", Q, H);
-      L.k = ld.mat(p + "self_attn.k_proj.weight", KV, H);
-      L.v = ld.mat(p + "self_attn.v_proj.weight", KV, H);
-      L.q_bias = ld.vec(p + "self_attn.q_proj.bias", Q);
-      L.k_bias = ld.vec(p + "self_attn.k_proj.bias", KV);
-      L.v_bias = ld.vec(p + "self_attn.v_proj.bias", KV);
-      L.o = ld.mat(p + "self_attn.o_proj.weight", H, Q);
-      L.o_bias = ld.vec(p + "self_attn.o_proj.bias", H);
-      L.sinks = ld.vec(p + "self_attn.sinks", c.num_heads);
-      L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", H);
-      L.router = ld.mat(p + "mlp.router.weight", E, H);
-      L.router_bias = ld.vec(p + "mlp.router.bias", E);
-      L.mlp1 = ld.experts(p + "mlp.experts.gate_up_proj_blocks", p + "mlp.experts.gate_up_proj_scales",
-                          p + "mlp.experts.gate_up_proj_bias", 2 * I, H);
-      L.mlp2 = ld.experts(p + "mlp.experts.down_proj_blocks", p + "mlp.experts.down_proj_scales",
-                          p + "mlp.experts.down_proj_bias", H, I);
+      L.mlp1 = experts(p + "mlp.experts.gate_up_proj", 2 * I, H);
+      L.mlp2 = experts(p + "mlp.experts.down_proj", H, I);
     }
   } else {
     w.embed = ld.mat("embedding.weight", c.vocab, H);

@@ -136,12 +136,6 @@ void fill_chunk(const TensorPlan& t, uint64_t key, uint8_t* dst, uint64_t off, s
   }
 }
 
-void write_json(const fs::path& p, const nlohmann::json& j) {
-  std::ofstream out(p);
-  out << j.dump(2) << "\n";
-  if (!out) fail("cannot write {}", p.string());
-}
-
 }  // namespace
 
 const std::vector<SynthPreset>& synth_presets() {
@@ -178,51 +172,29 @@ uint64_t synth_checkpoint(const SynthPreset& preset, const std::string& out_dir,
   uint64_t total = 0;
   for (auto& t : plan) total += t.spec.nbytes();
 
-  // Contiguous runs of tensors per shard, each about total / shards bytes.
-  const int shards = std::max(1, preset.num_shards);
-  std::vector<std::vector<const TensorPlan*>> files(shards);
-  uint64_t acc = 0;
-  for (auto& t : plan) {
-    int f = std::min(shards - 1, int(acc * shards / total));
-    files[f].push_back(&t);
-    acc += t.spec.nbytes();
-  }
-  files.erase(std::remove_if(files.begin(), files.end(), [](auto& f) { return f.empty(); }), files.end());
-
   Progress progress(fmt::format("synth {}", preset.name), opt.progress ? total : 0);
-  nlohmann::json weight_map = nlohmann::json::object();
-  const int n = int(files.size());
-  for (int f = 0; f < n; ++f) {
-    std::string fname = n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", f, n - 1);
-    std::vector<TensorSpec> specs;
-    for (auto* t : files[f]) specs.push_back(t->spec);
-    SafetensorsWriter w((fs::path(out_dir) / fname).string(), specs, {{"format", "pt"}});
-    for (auto* t : files[f]) {
-      const uint64_t key = mix64(opt.seed) ^ name_hash(t->spec.name);
-      w.write_next([&](uint8_t* dst, uint64_t off, size_t nb) { fill_chunk(*t, key, dst, off, nb); },
-                   opt.progress ? &progress : nullptr);
-      weight_map[t->spec.name] = fname;
-    }
-    w.close();
+  std::vector<ShardedTensor> tensors;
+  for (auto& t : plan) {
+    const uint64_t key = mix64(opt.seed) ^ name_hash(t.spec.name);
+    tensors.push_back({t.spec, [&t, key](uint8_t* dst, uint64_t off, size_t nb) { fill_chunk(t, key, dst, off, nb); }});
   }
+  write_sharded_safetensors(out_dir, tensors, preset.num_shards, {{"format", "pt"}}, opt.progress ? &progress : nullptr);
   if (opt.progress) progress.finish();
-  if (n > 1) write_json(fs::path(out_dir) / "model.safetensors.index.json",
-                        {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
-  write_json(fs::path(out_dir) / "config.json", c.to_hf_json());
+  write_json_file((fs::path(out_dir) / "config.json").string(), c.to_hf_json());
   nlohmann::json gen = {{"do_sample", true}, {"transformers_version", "4.55.0.dev0"}};
   if (c.vocab > 200012) {  // the published special ids exist only in the full vocabulary
     gen["bos_token_id"] = 199998;
     gen["eos_token_id"] = {200002, 199999, 200012};
     gen["pad_token_id"] = 199999;
   }
-  write_json(fs::path(out_dir) / "generation_config.json", gen);
-  write_json(fs::path(out_dir) / "osprey_synth.json", {{"preset", preset.name}, {"seed", opt.seed}});
+  write_json_file((fs::path(out_dir) / "generation_config.json").string(), gen);
+  write_json_file((fs::path(out_dir) / "osprey_synth.json").string(), {{"preset", preset.name}, {"seed", opt.seed}});
   if (c.vocab == harmony::kO200kHarmonyVocab) {  // the real tokenizer fits: ship it as published
     const harmony::Tokenizer& tok = harmony::Tokenizer::embedded_o200k_harmony();
     std::ofstream(fs::path(out_dir) / "tokenizer.json") << tok.to_hf_json();
-    write_json(fs::path(out_dir) / "tokenizer_config.json",
-               {{"bos_token", "<|startoftext|>"}, {"eos_token", "<|return|>"}, {"pad_token", "<|endoftext|>"},
-                {"model_max_length", c.max_position_embeddings}, {"tokenizer_class", "PreTrainedTokenizerFast"}});
+    write_json_file((fs::path(out_dir) / "tokenizer_config.json").string(),
+                    {{"bos_token", "<|startoftext|>"}, {"eos_token", "<|return|>"}, {"pad_token", "<|endoftext|>"},
+                     {"model_max_length", c.max_position_embeddings}, {"tokenizer_class", "PreTrainedTokenizerFast"}});
   }
   return total;
 }
