@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.cuh"
 
 namespace osprey {
@@ -57,5 +59,26 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+
+// Random MXFP4 weights for `values` values: packed E2M1 bytes [values/2] and E8M0 scales
+// [values/32] drawn from [scale_lo, scale_lo + spread).
+inline std::pair<std::vector<uint8_t>, std::vector<uint8_t>> random_mxfp4(size_t values, uint32_t seed, int scale_lo,
+                                                                          int spread) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> blocks(values / 2), scales(values / 32);
+  for (auto& b : blocks) b = uint8_t(rng());
+  for (auto& s : scales) s = uint8_t(scale_lo + int(rng() % unsigned(spread)));
+  return {std::move(blocks), std::move(scales)};
+}
+
+// Keys and values from host vectors [positions][kv_heads][d], for the CPU attention.
+struct HostKv final : cpu::KvSource {
+  const std::vector<float>& k;
+  const std::vector<float>& v;
+  int kv_heads, d;
+  HostKv(const std::vector<float>& k_, const std::vector<float>& v_, int kvh, int dd) : k(k_), v(v_), kv_heads(kvh), d(dd) {}
+  const float* key(int pos, int g) const override { return &k[(size_t(pos) * kv_heads + g) * d]; }
+  const float* value(int pos, int g) const override { return &v[(size_t(pos) * kv_heads + g) * d]; }
+};
 
 }  // namespace osprey

@@ -60,10 +60,7 @@ TEST(CudaFp8, QuantizeBf16BitIdenticalToCpu) {
 
 TEST(CudaFp8, QuantizeMxfp4BitIdenticalToCpu) {
   const int R = 260, C = 2880;
-  std::mt19937 rng(31);
-  std::vector<uint8_t> blocks(size_t(R) * C / 2), scales(size_t(R) * C / 32);
-  for (auto& b : blocks) b = uint8_t(rng());
-  for (auto& s : scales) s = uint8_t(112 + rng() % 16);
+  const auto [blocks, scales] = random_mxfp4(size_t(R) * C, 31, 112, 16);
   fp8::Matrix ref;
   ref.allocate(1, R, C);
   fp8::quantize_row_blocks(ref, 0, 0, fp8::blocks(R), [&](int r, float* out) {
@@ -200,12 +197,48 @@ TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
   EXPECT_LT(rel_err(y.get(), ref), 4e-3);  // tolerance covers a BF16 output if cuBLASLt offers no fp32 one
 }
 
-struct HostKv final : cpu::KvSource {
-  const std::vector<float>&k, &v;
-  int kv_heads, d;
-  HostKv(const std::vector<float>& k_, const std::vector<float>& v_, int kvh, int d_) : k(k_), v(v_), kv_heads(kvh), d(d_) {}
-  const float* key(int pos, int g) const override { return &k[(size_t(pos) * kv_heads + g) * d]; }
-  const float* value(int pos, int g) const override { return &v[(size_t(pos) * kv_heads + g) * d]; }
+// Random keys or values, rounded to BF16 as the cache stores them.
+std::vector<float> rand_bf16_exact(size_t n, uint32_t seed, float scale) {
+  std::vector<float> v = randf(n, seed, scale);
+  for (auto& f : v) f = bf16_to_f32(f32_to_bf16(f));
+  return v;
+}
+
+// One layer's KV cache on the device for `slots` slots: shuffled pages (window 0) or rings.
+struct DeviceKvLayer {
+  Dev<bf16> k, v;
+  Dev<int32_t> table;
+  cuda::KvLayerView view;
+  int ring;
+  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed)
+      : k(rows(slots, window, ring_, max_pages) * kvh * d), v(k.n), table(page_table(slots, max_pages, seed)), ring(ring_) {
+    view.k = as_dev_bf16(k), view.v = as_dev_bf16(v), view.kv_heads = kvh, view.d = d;
+    if (window) view.ring = ring;
+    else view.page_table = table.p, view.max_pages = max_pages;
+  }
+  // Positions [0, len) of K and V (the last `ring` of them for a ring) into the slot, through kv_write.
+  void write(int slot, const std::vector<float>& K, const std::vector<float>& V, int len) {
+    const size_t row = size_t(view.kv_heads) * view.d;
+    const int first = view.page_table ? 0 : std::max(0, len - ring), n = len - first;
+    std::vector<int32_t> ss(n, slot), pp(n);
+    std::iota(pp.begin(), pp.end(), first);
+    Dev<float> dk(std::vector<float>(K.begin() + first * row, K.begin() + len * row)),
+        dv(std::vector<float>(V.begin() + first * row, V.begin() + len * row));
+    Dev<int32_t> dss(ss), dpp(pp);
+    cuda::kv_write(view, dk.p, dv.p, dss.p, dpp.p, n, nullptr);
+  }
+
+ private:
+  static size_t rows(int slots, int window, int ring, int max_pages) {
+    return window ? size_t(slots + 1) * ring : size_t(slots * max_pages + 1) * cuda::kPage;
+  }
+  static std::vector<int32_t> page_table(int slots, int max_pages, uint32_t seed) {
+    std::vector<int32_t> table(size_t(slots + 1) * max_pages, 0), perm(size_t(slots) * max_pages);
+    std::iota(perm.begin(), perm.end(), 1);  // page 0 is left out
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+    std::copy(perm.begin(), perm.end(), table.begin());
+    return table;
+  }
 };
 
 // Rows of two sequences (slots 0 and 1) over shuffled pages (full) or a ring (window 128).
@@ -213,45 +246,22 @@ void PagedAttentionCase(int heads, int kvh, int d) {
   const int lens[2] = {700, 333}, max_pages = 16, ring = 256;
   for (int window : {0, 128}) {
     for (int splits : {1, 5}) {
-      // Keys/values per slot, rounded to bf16 as the cache stores them.
       std::vector<std::vector<float>> K(2), V(2);
+      DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 64);
       for (int s = 0; s < 2; ++s) {
-        K[s] = randf(size_t(lens[s]) * kvh * d, 60 + s, 2.0f), V[s] = randf(size_t(lens[s]) * kvh * d, 62 + s);
-        for (auto& f : K[s]) f = bf16_to_f32(f32_to_bf16(f));
-        for (auto& f : V[s]) f = bf16_to_f32(f32_to_bf16(f));
+        K[s] = rand_bf16_exact(size_t(lens[s]) * kvh * d, 60 + s, 2.0f);
+        V[s] = rand_bf16_exact(size_t(lens[s]) * kvh * d, 62 + s, 1.0f);
+        cache.write(s, K[s], V[s], lens[s]);
       }
-      std::vector<int32_t> table(3 * max_pages, 0), perm(2 * max_pages);
-      std::iota(perm.begin(), perm.end(), 1);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937(64));
-      for (int i = 0; i < 2 * max_pages; ++i) table[i] = perm[i];
-      const int pages = 2 * max_pages + 1, rows_cap = window ? 3 * ring : pages * cuda::kPage;
       // Queries: the last 3 positions of slot 0 and the last 2 of slot 1.
       std::vector<int32_t> slot = {0, 0, 0, 1, 1}, pos = {697, 698, 699, 331, 332};
       const int R = int(slot.size());
       auto q = randf(size_t(R) * heads * d, 65, 2.0f);
       auto sinks = randbf(heads, 66, 2.0f);
-      std::vector<float> kin(size_t(R) * kvh * d), vin(kin.size());
-      Dev<bf16> kc(size_t(rows_cap) * kvh * d), vc(size_t(rows_cap) * kvh * d);
-      Dev<int32_t> dt(table);
-      cuda::KvLayerView L;
-      L.k = as_dev_bf16(kc), L.v = as_dev_bf16(vc), L.kv_heads = kvh, L.d = d;
-      if (window) L.ring = ring;
-      else L.page_table = dt.p, L.max_pages = max_pages;
-      // Write every position of both slots through kv_write (one row per position).
-      for (int s = 0; s < 2; ++s) {
-        const int first = window ? std::max(0, lens[s] - ring) : 0, n = lens[s] - first;
-        std::vector<int32_t> ss(n, s), pp(n);
-        std::iota(pp.begin(), pp.end(), first);
-        std::vector<float> ks(K[s].begin() + size_t(first) * kvh * d, K[s].end()),
-            vs(V[s].begin() + size_t(first) * kvh * d, V[s].end());
-        Dev<float> dk(ks), dv(vs);
-        Dev<int32_t> dss(ss), dpp(pp);
-        cuda::kv_write(L, dk.p, dv.p, dss.p, dpp.p, n, nullptr);
-      }
       Dev<float> dq(q), out(q.size()), scratch(size_t(R) * heads * splits * (d + 2));
       Dev<bf16> ds(sinks);
       Dev<int32_t> dslot(slot), dpos(pos);
-      cuda::paged_attention(L, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out.p, R, heads, window, 0.125f, splits,
+      cuda::paged_attention(cache.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out.p, R, heads, window, 0.125f, splits,
                             scratch.p, nullptr);
       auto got = out.get();
       std::vector<float> ref(q.size());
@@ -269,32 +279,14 @@ void PagedAttentionCase(int heads, int kvh, int d) {
 // continuing a sequence of p0 positions, full (paged, shuffled pages) and sliding (ring).
 void FlashCase(int T, int p0, int window) {
   const int heads = 64, kvh = 8, d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
-  std::vector<float> K = randf(size_t(len) * kvh * d, 80, 2.0f), V = randf(size_t(len) * kvh * d, 81);
-  for (auto& f : K) f = bf16_to_f32(f32_to_bf16(f));
-  for (auto& f : V) f = bf16_to_f32(f32_to_bf16(f));
-  std::vector<int32_t> table(2 * max_pages, 0), perm(max_pages);
-  std::iota(perm.begin(), perm.end(), 1);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(82));
-  for (int i = 0; i < max_pages; ++i) table[max_pages + i] = perm[i];  // slot 1
-  const int rows_cap = window ? 2 * ring : (max_pages + 1) * cuda::kPage;
-  Dev<bf16> kc(size_t(rows_cap) * kvh * d), vc(size_t(rows_cap) * kvh * d);
-  Dev<int32_t> dt(table);
-  cuda::KvLayerView L;
-  L.k = as_dev_bf16(kc), L.v = as_dev_bf16(vc), L.kv_heads = kvh, L.d = d;
-  if (window) L.ring = ring;
-  else L.page_table = dt.p, L.max_pages = max_pages;
-  const int first = window ? std::max(0, len - ring) : 0, n = len - first;
-  std::vector<int32_t> ss(n, 1), pp(n);
-  std::iota(pp.begin(), pp.end(), first);
-  std::vector<float> ks(K.begin() + size_t(first) * kvh * d, K.end()), vs(V.begin() + size_t(first) * kvh * d, V.end());
-  Dev<float> dk(ks), dv(vs);
-  Dev<int32_t> dss(ss), dpp(pp);
-  cuda::kv_write(L, dk.p, dv.p, dss.p, dpp.p, n, nullptr);
+  const std::vector<float> K = rand_bf16_exact(size_t(len) * kvh * d, 80, 2.0f), V = rand_bf16_exact(size_t(len) * kvh * d, 81, 1.0f);
+  DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82);
+  cache.write(1, K, V, len);
   auto q = randf(size_t(T) * heads * d, 83, 2.0f);
   auto sinks = randbf(heads, 84, 2.0f);
   Dev<float> dq(q), out(q.size());
   Dev<bf16> ds(sinks);
-  cuda::flash_prefill(L, dq.p, as_dev_bf16(ds), 1, p0, out.p, T, heads, window, 0.125f, nullptr);
+  cuda::flash_prefill(cache.view, dq.p, as_dev_bf16(ds), 1, p0, out.p, T, heads, window, 0.125f, nullptr);
   std::vector<int32_t> pos(T);
   std::iota(pos.begin(), pos.end(), p0);
   std::vector<float> ref(q.size());
@@ -314,11 +306,6 @@ TEST(CudaFp8, PagedAttentionMatchesCpu) {
   PagedAttentionCase(4, 2, 16);   // the tiny model's heads
 }
 
-}  // namespace
-}  // namespace osprey
-
-namespace osprey {
-namespace {
 
 // Scales that differ per token and per block (uniform random inputs give nearly equal block scales,
 // which would hide a scale-layout error): cuBLASLt against the CPU emulation, with the activation
@@ -352,11 +339,6 @@ TEST(CudaFp8, CublasLtScaleLayoutWithUnequalScales) {
   EXPECT_LT(err, 4e-3);
 }
 
-}  // namespace
-}  // namespace osprey
-
-namespace osprey {
-namespace {
 
 // As the model calls it: one activation buffer, several weights (two of one shape, so they share a
 // cached plan), back to back on a non-blocking stream, small K with a partial block. Unequal scales.
@@ -392,11 +374,6 @@ TEST(CudaFp8, CublasLtSequenceOnAStream) {
   cudaStreamDestroy(st);
 }
 
-}  // namespace
-}  // namespace osprey
-
-namespace osprey {
-namespace {
 
 TEST_P(Fp8Tokens, RmsNormQuantizeEqualsTheTwoKernels) {
   const int T = GetParam(), H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);

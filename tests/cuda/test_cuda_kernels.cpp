@@ -48,15 +48,6 @@ TEST_P(Tokens, Rope) {
   EXPECT_LT(rel_err(dx.get(), ref), 1e-5);
 }
 
-struct HostKv final : cpu::KvSource {
-  const std::vector<float>& k;
-  const std::vector<float>& v;
-  int kv_heads, d;
-  HostKv(const std::vector<float>& k_, const std::vector<float>& v_, int kvh, int dd) : k(k_), v(v_), kv_heads(kvh), d(dd) {}
-  const float* key(int pos, int g) const override { return &k[(size_t(pos) * kv_heads + g) * d]; }
-  const float* value(int pos, int g) const override { return &v[(size_t(pos) * kv_heads + g) * d]; }
-};
-
 TEST_P(Tokens, SinkAttentionFullAndWindow) {
   const int T = GetParam(), heads = 64, kvh = 8, d = 64, first = 200;
   const int len = first + T;
@@ -134,10 +125,7 @@ TEST(CudaKernels, GemvBf16) {
 
 TEST(CudaKernels, GemvMxfp4ExpertsPickedOnTheDevice) {
   const int E = 8, N = 5760, K = 2880, k = 4;
-  std::mt19937 rng(16);
-  std::vector<uint8_t> blocks(size_t(E) * N * K / 2), scales(size_t(E) * N * K / 32);
-  for (auto& b : blocks) b = uint8_t(rng());
-  for (auto& s : scales) s = uint8_t(118 + rng() % 5);
+  const auto [blocks, scales] = random_mxfp4(size_t(E) * N * K, 16, 118, 5);
   auto bias = randbf(size_t(E) * N, 17);
   std::vector<int32_t> idx = {6, 1, 3, 0};
   auto x = randf(size_t(k) * K, 18);  // a distinct input per selected expert (as for mlp2)
@@ -157,10 +145,7 @@ TEST(CudaKernels, GemvMxfp4ExpertsPickedOnTheDevice) {
 
 TEST(CudaKernels, Mxfp4ToBf16IsExact) {
   const int N = 33, K = 2880;
-  std::mt19937 rng(19);
-  std::vector<uint8_t> blocks(size_t(N) * K / 2), scales(size_t(N) * K / 32);
-  for (auto& b : blocks) b = uint8_t(rng());
-  for (auto& s : scales) s = uint8_t(110 + rng() % 20);
+  const auto [blocks, scales] = random_mxfp4(size_t(N) * K, 19, 110, 20);
   std::vector<float> ref(size_t(N) * K);
   for (int r = 0; r < N; ++r) mxfp4_decode_row(&blocks[size_t(r) * K / 2], &scales[size_t(r) * K / 32], K, &ref[size_t(r) * K]);
   Dev<uint8_t> db(blocks), ds(scales);

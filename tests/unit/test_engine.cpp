@@ -30,6 +30,37 @@ class EngineTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) p[i] = (seed * 97 + i * 31) % 777;
     return p;
   }
+  // Six concurrent greedy requests: each gets exactly generate()'s tokens and ends by length.
+  static void expect_greedy_matches_generate(Engine& engine, int max_tokens) {
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < 6; ++i)
+      handles.push_back(engine.submit({.prompt = prompt(5 + 3 * i, i), .max_tokens = max_tokens, .sampling = {.temperature = 0}}));
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> got;
+      TokenEvent ev;
+      FinishReason fr = FinishReason::None;
+      while (handles[i]->next(ev)) {
+        if (ev.token >= 0) got.push_back(ev.token);
+        if (ev.finish != FinishReason::None) fr = ev.finish;
+      }
+      EXPECT_EQ(fr, FinishReason::Length);
+      auto want = generate(*model_, prompt(5 + 3 * i, i),
+                           {.max_tokens = max_tokens, .sampling = {.temperature = 0}, .stop_at_eos = false});
+      EXPECT_EQ(got, want) << "request " << i;
+    }
+  }
+  // A request cancelled after its first token ends Cancelled, and every KV block goes back.
+  static void expect_cancel_frees_blocks(Engine& engine, int max_tokens) {
+    auto h = engine.submit({.prompt = prompt(4, 50), .max_tokens = max_tokens, .sampling = {.temperature = 0}});
+    TokenEvent ev;
+    ASSERT_TRUE(h->next(ev));
+    h->cancel();
+    while (h->next(ev)) {
+    }
+    EXPECT_EQ(ev.finish, FinishReason::Cancelled);
+    for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
+  }
   static test::TempDir* dir_;
   static GptOssWeights* weights_;
   static GptOssCpuModel* model_;
@@ -108,30 +139,8 @@ TEST_F(EngineTest, SchedulerChunksPrefillAndPreempts) {
 TEST_F(EngineTest, EngineMatchesGenerateAndCancels) {
   EngineConfig ec{.max_batch = 8, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 96, .kv_block_size = 4, .kv_blocks = 64};
   Engine engine(std::make_unique<CpuModelRunner>(*model_), ec);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 6; ++i)
-    handles.push_back(engine.submit({.prompt = prompt(5 + 3 * i, i), .max_tokens = 7, .sampling = {.temperature = 0}}));
-  for (int i = 0; i < 6; ++i) {
-    std::vector<int32_t> got;
-    TokenEvent ev;
-    FinishReason fr = FinishReason::None;
-    while (handles[i]->next(ev)) {
-      if (ev.token >= 0) got.push_back(ev.token);
-      if (ev.finish != FinishReason::None) fr = ev.finish;
-    }
-    EXPECT_EQ(fr, FinishReason::Length);
-    auto want = generate(*model_, prompt(5 + 3 * i, i), {.max_tokens = 7, .sampling = {.temperature = 0}, .stop_at_eos = false});
-    EXPECT_EQ(got, want) << "request " << i;
-  }
-  auto h = engine.submit({.prompt = prompt(4, 50), .max_tokens = 80, .sampling = {.temperature = 0}});
-  TokenEvent ev;
-  ASSERT_TRUE(h->next(ev));
-  h->cancel();
-  while (h->next(ev)) {
-  }
-  EXPECT_EQ(ev.finish, FinishReason::Cancelled);
-  for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
+  expect_greedy_matches_generate(engine, 7);
+  expect_cancel_frees_blocks(engine, 80);
   EXPECT_THROW(engine.submit({.prompt = prompt(96, 1), .max_tokens = 1}), Error);  // longer than the context
   EXPECT_THROW(engine.submit({.prompt = {1, 100000}, .max_tokens = 1}), Error);
 }
@@ -145,26 +154,8 @@ TEST_F(EngineTest, SlotRunnerMatchesGenerateAndFreesSlots) {
   // A small pool forces preemptions (recompute from the start in a fresh slot).
   EngineConfig ec{.max_batch = 4, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 64, .kv_block_size = 4, .kv_blocks = 12};
   Engine engine(std::move(runner), ec);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 6; ++i)
-    handles.push_back(engine.submit({.prompt = prompt(5 + 3 * i, i), .max_tokens = 9, .sampling = {.temperature = 0}}));
-  for (int i = 0; i < 6; ++i) {
-    std::vector<int32_t> got;
-    TokenEvent ev;
-    while (handles[i]->next(ev))
-      if (ev.token >= 0) got.push_back(ev.token);
-    auto want = generate(*model_, prompt(5 + 3 * i, i), {.max_tokens = 9, .sampling = {.temperature = 0}, .stop_at_eos = false});
-    EXPECT_EQ(got, want) << "request " << i;
-  }
-  auto h = engine.submit({.prompt = prompt(4, 50), .max_tokens = 40, .sampling = {.temperature = 0}});
-  TokenEvent ev;
-  ASSERT_TRUE(h->next(ev));
-  h->cancel();
-  while (h->next(ev)) {
-  }
-  EXPECT_EQ(ev.finish, FinishReason::Cancelled);
-  for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
+  expect_greedy_matches_generate(engine, 9);
+  expect_cancel_frees_blocks(engine, 40);
   EXPECT_EQ(r->slots_in_use(), 0);
   EXPECT_GT(engine.metrics().preemptions, 0u);  // the small pool did force recomputes
 }
