@@ -67,3 +67,5 @@ compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --m
 [ -n "${SKIP_20B_BENCH:-}" ] && exit 0
 echo "== bench --backend cuda, 20b"
 $B bench --backend cuda --model $M/20b --steps ${STEPS:-16} --json $OUT/bench_20b.json ${BENCH_ARGS:-} 2>&1 | tee $OUT/bench_20b.log
+echo "== decode without CUDA graphs, 20b (what the graphs save)"
+$B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 --no-graphs 2>&1 | grep "^|" | tee $OUT/nographs.log
