@@ -55,47 +55,45 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
   return out;
 }
 
-std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vector<int32_t>& prompt,
-                                          const GenerateOptions& opt, GenerateStats* stats) {
+namespace {
+// The greedy loop of the GPU paths: first(prompt) prefills and returns the first id, next(id)
+// appends it and returns the following one; only ids cross to the host.
+template <typename First, typename Next>
+std::vector<int32_t> greedy_loop(const GptOssConfig& cfg, const std::vector<int32_t>& prompt,
+                                 const GenerateOptions& opt, GenerateStats* stats, First&& first, Next&& next) {
   if (prompt.empty()) fail("generate: the prompt is empty");
   using clock = std::chrono::steady_clock;
-  const auto& cfg = model.config();
   const auto& stops = opt.stop_tokens.empty() ? cfg.eos_token_ids : opt.stop_tokens;
-  model.reset();
   std::vector<int32_t> out;
   auto t0 = clock::now();
-  int32_t tok = model.forward_argmax(prompt);
+  int32_t tok = first(prompt);
   auto t1 = clock::now();
   for (int step = 0; step < opt.max_tokens; ++step) {
     out.push_back(tok);
     if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
     if (step + 1 == opt.max_tokens) break;
-    tok = model.forward_argmax(std::span(&out.back(), 1));
+    tok = next(out.back());
   }
   fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
   return out;
 }
+}  // namespace
+
+std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& opt, GenerateStats* stats) {
+  model.reset();
+  return greedy_loop(
+      model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.forward_argmax(p); },
+      [&](int32_t t) { return model.forward_argmax(std::span(&t, 1)); });
+}
 
 std::vector<int32_t> generate_greedy_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt,
                                           const GenerateOptions& opt, GenerateStats* stats) {
-  if (prompt.empty()) fail("generate: the prompt is empty");
-  using clock = std::chrono::steady_clock;
-  const auto& cfg = model.config();
-  const auto& stops = opt.stop_tokens.empty() ? cfg.eos_token_ids : opt.stop_tokens;
-  model.release(0);
-  std::vector<int32_t> out;
   const int32_t slot = 0;
-  auto t0 = clock::now();
-  int32_t tok = model.prefill_argmax(slot, prompt);
-  auto t1 = clock::now();
-  for (int step = 0; step < opt.max_tokens; ++step) {
-    out.push_back(tok);
-    if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
-    if (step + 1 == opt.max_tokens) break;
-    tok = model.decode_argmax(std::span(&slot, 1), std::span(&out.back(), 1))[0];
-  }
-  fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
-  return out;
+  model.release(slot);
+  return greedy_loop(
+      model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.prefill_argmax(slot, p); },
+      [&](int32_t t) { return model.decode_argmax(std::span(&slot, 1), std::span(&t, 1))[0]; });
 }
 
 }  // namespace osprey
