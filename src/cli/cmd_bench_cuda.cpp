@@ -31,7 +31,7 @@ double fp8_bytes(double rows, double cols) {
 }
 
 struct Shape {
-  double dense_per_layer, expert, unembed, kv_full_per_token, kv_sliding_per_token;
+  double dense_per_layer, expert, unembed, kv_per_position;  // kv: K and V of one position in one layer
   int full_layers, sliding_layers;
 };
 
@@ -42,7 +42,7 @@ Shape shape_of(const GptOssConfig& c) {
   s.expert = fp8_bytes(2 * I, H) + fp8_bytes(H, I) + 2.0 * (3 * I);
   s.unembed = fp8_bytes(c.vocab, H);
   for (bool sl : c.layer_is_sliding) (sl ? s.sliding_layers : s.full_layers)++;
-  s.kv_full_per_token = 2.0 * 2 * KV;  // K and V, bf16, per layer
+  s.kv_per_position = 2.0 * 2 * KV;  // K and V, bf16
   return s;
 }
 
@@ -52,7 +52,7 @@ double decode_step_bytes(const GptOssConfig& c, int b, int ctx) {
   const Shape s = shape_of(c);
   const double E = c.num_experts, k = c.experts_per_token;
   const double touched = E * (1.0 - std::pow(1.0 - k / E, b));
-  const double kv = b * s.kv_full_per_token *
+  const double kv = b * s.kv_per_position *
                     (double(s.full_layers) * ctx + double(s.sliding_layers) * std::min(ctx, c.sliding_window));
   return c.num_layers * (s.dense_per_layer + touched * s.expert) + s.unembed + kv;
 }
