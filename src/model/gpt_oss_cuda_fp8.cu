@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 
+#include <cuda_profiler_api.h>
+
 #include "core/progress.h"
 #include "formats/fp8.h"
 #include "model/gpt_oss_fp8.h"
@@ -89,7 +91,7 @@ struct GptOssCudaFp8::Impl {
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
   DeviceArray<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active;
-  DeviceArray<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, a, y, logits, split_scratch;
+  DeviceArray<float> x, h, qkv, q, k, v, attn, rw, t1, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
   std::map<int, cudaGraphExec_t> graphs;
 
@@ -245,10 +247,12 @@ struct GptOssCudaFp8::Impl {
     x = DeviceArray<float>(size_t(R4) * H), h = DeviceArray<float>(size_t(R4) * H), q = DeviceArray<float>(size_t(R4) * Q);
     qkv = DeviceArray<float>(size_t(R4) * (Q + 2 * KV));
     k = DeviceArray<float>(size_t(R4) * KV), v = DeviceArray<float>(size_t(R4) * KV), attn = DeviceArray<float>(size_t(R4) * Q);
-    rlogits = DeviceArray<float>(size_t(R) * E), rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token);
-    t1 = DeviceArray<float>(size_t(P) * 2 * I), a = DeviceArray<float>(size_t(P) * I), y = DeviceArray<float>(size_t(P) * H);
+    rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token);
+    t1 = DeviceArray<float>(size_t(P) * 2 * I), y = DeviceArray<float>(size_t(P) * H);
     logits = DeviceArray<float>(size_t(bucket_max) * cfg.vocab);
-    split_scratch = DeviceArray<float>(size_t(bucket_max) * cfg.num_heads * decode_splits() * (cfg.head_dim + 2));
+    // Attention partials: a decode bucket with its splits, or a prefill chunk without flash (1 split).
+    split_scratch = DeviceArray<float>(size_t(std::max(bucket_max * decode_splits(), R)) * cfg.num_heads *
+                                       (cfg.head_dim + 2));
     act_h.reserve(R4, H), act_attn.reserve(R4, Q), act_moe.reserve(P, H), act_a.reserve(P, I);
     // KV cache: pages for full layers, rings for sliding ones; one extra (dummy) slot.
     max_pages = (opt.max_context + cuda::kPage - 1) / cuda::kPage;
@@ -294,7 +298,8 @@ struct GptOssCudaFp8::Impl {
     cudaStreamDestroy(stream);
   }
 
-  int decode_splits() const { return std::clamp(opt.max_context / 1024, 1, 32); }
+  // The most KV splits a decode step uses (the scratch is sized for it).
+  int decode_splits() const { return std::clamp(opt.max_context / 256, 1, 64); }
 
   void ensure_pages(int slot, int n_positions) {
     if (n_positions > opt.max_context)
@@ -321,19 +326,22 @@ struct GptOssCudaFp8::Impl {
   // How a forward pass runs: a prefill chunk of one slot, or a decode step over rows of several.
   struct Pass {
     int prefill_slot = -1, prefill_p0 = 0;  // prefill: its slot and first position (attention: flash_prefill)
-    bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 64+ rows / the experts
+    bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 32+ rows / the experts
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
   };
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
 
-  // Dense GEMM y [T][N] (+)= x . W^T + bias, activations already quantized in `act` (ld = round4(T)).
-  // Decode steps (graph-captured) always use the skinny kernel.
-  void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
-             bool accumulate, float* tmp) {
+  // Dense GEMM y [T][N] (+)= x . W^T + bias; the T activation rows already quantized: codes xq
+  // [T][K], scales xs [K/128][ld]. From 32 rows on, cuBLASLt (prefill chunks and decode buckets of
+  // 32+: captured in the step's graph like any kernel); below, the skinny kernel, whose 16-row
+  // weight tiles re-read the activations per tile. cuBLASLt reads scales laid out for exactly
+  // round4(T) rows.
+  void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const uint8_t* xq, const float* xs, int ld,
+             float* out, int T, bool accumulate, float* tmp) {
     const int N = W.rows, K = W.cols;
-    if (pass.lt_dense && T >= 64 && lt->available(fp8::round4(T), N, K)) {
-      lt->run(W.data(), W.scale(), act.q.ptr, act.s.ptr, accumulate ? tmp : out, fp8::round4(T), N, K);
-      if (check_lt) compare_with_skinny(W, act, accumulate ? tmp : out, T, 0, "dense");
+    if (pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, N, K)) {
+      lt->run(W.data(), W.scale(), xq, xs, accumulate ? tmp : out, ld, N, K);
+      if (check_lt) compare_with_skinny(W, xq, xs, accumulate ? tmp : out, T, 0, "dense");
       if (accumulate) {
         cuda::add_bias(tmp, bias, T, N, stream);
         cuda::add_inplace(out, tmp, size_t(T) * N, stream);
@@ -342,20 +350,22 @@ struct GptOssCudaFp8::Impl {
       }
       return;
     }
-    cuda::ActSegments sg{nullptr, 1, T, fp8::round4(T)};
-    cuda::fp8_gemm_skinny(W.data(), W.scale(), W.stride(), bias, act.q.ptr, act.s.ptr, sg, out, N, accumulate, N, K, T,
-                          stream);
+    cuda::ActSegments sg{nullptr, 1, T, ld};
+    cuda::fp8_gemm_skinny(W.data(), W.scale(), W.stride(), bias, xq, xs, sg, out, N, accumulate, N, K, T, stream);
+  }
+  void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
+             bool accumulate, float* tmp) {
+    dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp);
   }
   // Debugging aid (OSPREY_FP8_CHECK_LT=1): recompute a cuBLASLt product with the skinny kernel and
   // print the relative difference.
   const bool check_lt = std::getenv("OSPREY_FP8_CHECK_LT") != nullptr;
-  void compare_with_skinny(const Fp8Weight& W, const ActBuf& act, const float* lt_out, int T, int e, const char* what,
-                           const float* xs = nullptr, const uint8_t* xq = nullptr) {
+  void compare_with_skinny(const Fp8Weight& W, const uint8_t* xq, const float* xs, const float* lt_out, int T, int e,
+                           const char* what) {
     const int N = W.rows, K = W.cols;
     DeviceArray<float> ref(size_t(T) * N);
     cuda::ActSegments sg{nullptr, 1, T, T % 4 ? fp8::round4(T) : T};
-    cuda::fp8_gemm_skinny(W.data(e), W.scale(e), W.stride(), nullptr, xq ? xq : act.q.ptr, xs ? xs : act.s.ptr, sg,
-                          ref.ptr, N, false, N, K, T, stream);
+    cuda::fp8_gemm_skinny(W.data(e), W.scale(e), W.stride(), nullptr, xq, xs, sg, ref.ptr, N, false, N, K, T, stream);
     std::vector<float> a(size_t(T) * N), b(a.size());
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(a.data(), lt_out, a.size() * 4, cudaMemcpyDeviceToHost, stream));
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(b.data(), ref.ptr, b.size() * 4, cudaMemcpyDeviceToHost, stream));
@@ -369,48 +379,53 @@ struct GptOssCudaFp8::Impl {
                              stream);
   }
 
-  // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x.
+  // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x and
+  // its final norm, quantized, in act_h (the unembedding's input).
   // pass.lt_moe: the experts through cuBLASLt (one host sync per layer; prefill only).
   void layers_forward(int T, const Pass& pass) {
-    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
-    const int Kx = cfg.experts_per_token;
+    const int H = cfg.hidden, I = cfg.intermediate, E = cfg.num_experts, Kx = cfg.experts_per_token;
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
-    const int P = cuda::moe_rows_max(T, Kx, E);
+    const int P = cuda::moe_rows_max(T, Kx, E), ld = fp8::round4(T);
+    const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
     cuda::embedding(embed.ptr, d_tok.ptr, x.ptr, T, H, stream);
+    // The first layer's attention norm; every later norm comes with the previous layer's combine.
+    cuda::rmsnorm_quantize(x.ptr, layers[0].attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, nullptr, stream);
     std::vector<int32_t> seg_host(E + 1);
     for (int l = 0; l < cfg.num_layers; ++l) {
       Layer& L = layers[l];
-      cuda::rmsnorm_quantize(x.ptr, L.attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, fp8::round4(T), nullptr, stream);
+      const cuda::KvLayerView kv = view(l);
       if (L.fused_qkv) {
         dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
-        cuda::qkv_split_rope(qkv.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.num_kv_heads,
-                             cfg.head_dim, q.ptr, k.ptr, v.ptr, stream);
+        cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
+                                q.ptr, stream);
       } else {
         dense(pass, L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
         dense(pass, L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
         dense(pass, L.v, L.v_bias.ptr, act_h, v.ptr, T, false, nullptr);
         cuda::rope(q.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads, cfg.head_dim, stream);
         cuda::rope(k.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_kv_heads, cfg.head_dim, stream);
+        cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
       }
-      const cuda::KvLayerView kv = view(l);
-      cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
-      if (pass.prefill_slot >= 0 && cfg.head_dim == 64 && use_flash)
+      const int window = L.sliding ? cfg.sliding_window : 0;
+      if (pass.prefill_slot >= 0 && cfg.head_dim == 64 && use_flash) {
         cuda::flash_prefill(kv, q.ptr, L.sinks.ptr, pass.prefill_slot, pass.prefill_p0, attn.ptr, T, cfg.num_heads,
-                            L.sliding ? cfg.sliding_window : 0, scale, stream);
-      else
-        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, T, cfg.num_heads,
-                              L.sliding ? cfg.sliding_window : 0, scale, L.sliding ? 1 : pass.attn_splits,
-                              split_scratch.ptr, stream);
-      quantize_dense(attn.ptr, act_attn, T, Q);
+                            window, scale, stream);
+        quantize_dense(attn.ptr, act_attn, T, cfg.q_dim());
+      } else {
+        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale,
+                              // a window spans at most window / 64 + 2 pages
+                              L.sliding ? std::min(pass.attn_splits, window / cuda::kPage + 2) : pass.attn_splits,
+                              split_scratch.ptr, stream,
+                              {act_attn.q.ptr, act_attn.s.ptr, ld});
+      }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
-      // MoE.
-      cuda::rmsnorm_to_f32(x.ptr, L.mlp_norm.ptr, h.ptr, T, H, eps, stream);
-      cuda::linear_f32_small(L.router.ptr, h.ptr, L.router_bias.ptr, rlogits.ptr, T, E, H, stream);
-      cuda::topk_softmax(rlogits.ptr, d_idx.ptr, rw.ptr, T, E, Kx, stream);
+      // MoE: norm + router + top-k, then the (token, choice) pairs sorted by expert.
+      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
+                      L.router.ptr, L.router_bias.ptr, E, Kx, d_idx.ptr, rw.ptr, stream);
       cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr, stream);
       const cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
-      cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
       if (pass.lt_moe) {
+        cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
         OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
@@ -419,40 +434,39 @@ struct GptOssCudaFp8::Impl {
             if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
         };
         each_expert([&](int e, int r0, int n) {
-          lt->run(L.mlp1.data(e), L.mlp1.scale(e), act_moe.q.ptr + size_t(r0) * H, act_moe.s.ptr + size_t(KBh) * r0,
-                  t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
-          if (check_lt && l == 0 && e < 2)
-            compare_with_skinny(L.mlp1, act_moe, t1.ptr + size_t(r0) * 2 * I, n, e, "mlp1", act_moe.s.ptr + size_t(KBh) * r0,
-                                act_moe.q.ptr + size_t(r0) * H);
+          const uint8_t* xq = act_moe.q.ptr + size_t(r0) * H;
+          const float* xs = act_moe.s.ptr + size_t(KBh) * r0;
+          lt->run(L.mlp1.data(e), L.mlp1.scale(e), xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
+          if (check_lt && l == 0 && e < 2) compare_with_skinny(L.mlp1, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, e, "mlp1");
         });
-        cuda::moe_bias_swiglu(t1.ptr, L.b1.ptr, sg, a.ptr, seg_host[E], I, float(cfg.swiglu_alpha),
-                              float(cfg.swiglu_limit), stream);
-        cuda::quantize_act_1x128(a.ptr, nullptr, seg_host[E], I, act_a.q.ptr, act_a.s.ptr, sg, stream);
+        cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, sg, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
         each_expert([&](int e, int r0, int n) {
           lt->run(L.mlp2.data(e), L.mlp2.scale(e), act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0,
                   y.ptr + size_t(r0) * H, n, H, I);
         });
-        cuda::moe_combine_sorted(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, L.b2.ptr, T, Kx, H, stream);
       } else {
-        const int per_expert = fp8::round4(T);  // an expert sees each token at most once
-        cuda::fp8_gemm_skinny(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_moe.q.ptr, act_moe.s.ptr,
-                              sg, t1.ptr, 2 * I, false, 2 * I, H, per_expert, stream);
-        cuda::moe_bias_swiglu(t1.ptr, nullptr, sg, a.ptr, P, I, float(cfg.swiglu_alpha), float(cfg.swiglu_limit),
-                              stream);
-        cuda::quantize_act_1x128(a.ptr, nullptr, P, I, act_a.q.ptr, act_a.s.ptr, sg, stream);
+        // Tile width for the rows an expert typically gets (twice the mean, at most every token).
+        const int per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
+        cuda::ActSegments by_token = sg;        // each sorted row reads its token's quantized row
+        by_token.x_rows = d_row_token.ptr, by_token.x_ld = ld;
+        cuda::fp8_gemm_skinny(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_h.q.ptr, act_h.s.ptr,
+                              by_token, t1.ptr, 2 * I, false, 2 * I, H, per_expert, stream);
+        cuda::moe_swiglu_quantize(t1.ptr, nullptr, sg, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
         cuda::fp8_gemm_skinny(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr, act_a.s.ptr, sg,
                               y.ptr, H, false, H, I, per_expert, stream);
-        cuda::moe_combine_sorted(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, nullptr, T, Kx, H, stream);
       }
+      const cuda::bf16* next_norm = l + 1 < cfg.num_layers ? layers[l + 1].attn_norm.ptr : final_norm.ptr;
+      cuda::moe_combine_norm(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, pass.lt_moe ? L.b2.ptr : nullptr, T, Kx, H,
+                             next_norm, eps, act_h.q.ptr, act_h.s.ptr, ld, stream);
     }
   }
 
-  // Final norm + unembedding of rows [first, T) of x into `out` [T - first][vocab].
+  // Unembedding of rows [first, T) (their final norm is in act_h, scales ld = round4(T)) into
+  // `out` [T - first][vocab].
   void unembed_rows(const Pass& pass, int first, int T, float* out) {
-    const int H = cfg.hidden, n = T - first;
-    cuda::rmsnorm_quantize(x.ptr + size_t(first) * H, final_norm.ptr, n, H, float(cfg.rms_norm_eps), act_h.q.ptr,
-                           act_h.s.ptr, fp8::round4(n), nullptr, stream);
-    dense(pass, unembed, nullptr, act_h, out, n, false, nullptr);
+    const int H = cfg.hidden;
+    dense(pass, unembed, nullptr, act_h.q.ptr + size_t(first) * H, act_h.s.ptr + first, fp8::round4(T), out, T - first,
+          false, nullptr);
   }
 
   void set_rows(const int32_t* tok, const int32_t* slot, const int32_t* pos, int T) {
@@ -516,11 +530,15 @@ struct GptOssCudaFp8::Impl {
 
   // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body).
   void decode_body(int b) {
-    const Pass pass{.attn_splits = decode_splits()};
+    const Pass pass{.lt_dense = opt.cublaslt, .attn_splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits())};
     layers_forward(b, pass);
     unembed_rows(pass, 0, b, logits.ptr);
     cuda::argmax_rows(logits.ptr, d_out_id.ptr, b, cfg.vocab, stream);
   }
+
+  // OSPREY_PROFILE_DECODE=1: only decode-step graph launches run inside cudaProfilerStart/Stop,
+  // so `ncu --profile-from-start off` sees the kernels of decode steps alone.
+  const bool profile_decode = std::getenv("OSPREY_PROFILE_DECODE") != nullptr;
 
   // Runs a decode step (graph per bucket); returns the bucket size. Rows past B are padding.
   int decode_step(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
@@ -551,7 +569,12 @@ struct GptOssCudaFp8::Impl {
         OSPREY_CUDA_CHECK(cudaGraphDestroy(g));
         it = graphs.emplace(b, exec).first;
       }
+      if (profile_decode) OSPREY_CUDA_CHECK(cudaProfilerStart());
       OSPREY_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+      if (profile_decode) {
+        OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        OSPREY_CUDA_CHECK(cudaProfilerStop());
+      }
     } else {
       decode_body(b);
     }

@@ -12,6 +12,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$M" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 df -h / /dev/shm | tail -2; free -g | head -2
+if [ -z "${SKIP_KERNEL_TESTS:-}" ]; then
 echo "== kernel tests"
 $T 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure|tests ran|Expected|Which is|rel_err" | head -40
 if [ -z "${SKIP_SANITIZER:-}" ]; then
@@ -20,7 +21,9 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
   compute-sanitizer --tool memcheck --print-limit 5 $T --gtest_filter="$F" 2>&1 | tail -3
   compute-sanitizer --tool racecheck --print-limit 5 $T --gtest_filter="$F" 2>&1 | grep -E "RACECHECK|Race|hazard|in [a-zA-Z_:<>0-9]+\(|Test|PASSED" | grep -v "^\[ RUN\|OK \]" | head -16
 fi
+fi
 [ -n "${KERNELS_ONLY:-}" ] && exit 0
+if [ -z "${SKIP_CORRECTNESS:-}" ]; then
 for p in parity-a parity-b tiny; do $B synth --preset $p --seed 7 --out $M/$p --quiet; done
 [ -z "${SKIP_20B_CHECK:-}" ] && ( time $B synth --preset 20b --seed 1 --out $M/20b --quiet ) 2>&1 | grep real
 python3 - "$B" "$M" <<'PY' 2>&1 | tee $OUT/correctness.log
@@ -64,8 +67,49 @@ for p in parity-a parity-b tiny; do
 done
 echo "== compute-sanitizer memcheck: fp8 generate (graphs) on parity-b"
 compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
+fi
 [ -n "${SKIP_20B_BENCH:-}" ] && exit 0
+[ -z "${SKIP_20B_CHECK:-}" ] || [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 echo "== bench --backend cuda, 20b"
 $B bench --backend cuda --model $M/20b --steps ${STEPS:-16} --json $OUT/bench_20b.json ${BENCH_ARGS:-} 2>&1 | tee $OUT/bench_20b.log
-echo "== decode without CUDA graphs, 20b (what the graphs save)"
-$B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 --no-graphs 2>&1 | grep "^|" | tee $OUT/nographs.log
+if [ -n "${NO_PDL_BENCH:-}" ]; then
+  echo "== decode without programmatic dependent launch (OSPREY_PDL=none), 20b"
+  OSPREY_PDL=none $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 2>&1 | grep "^|" | tee $OUT/nopdl.log
+fi
+if [ -z "${SKIP_NOGRAPHS:-}" ]; then
+  echo "== decode without CUDA graphs, 20b (what the graphs save)"
+  $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 --no-graphs 2>&1 | grep "^|" | tee $OUT/nographs.log
+fi
+# NCU="1 64": ncu kernel times of one decode step (after the graph's warm-up step) at 8k context
+# for each batch size listed, summed by kernel.
+for nb in ${NCU:-}; do
+  echo "== ncu: decode step kernels, 20b, batch $nb, context 8192"
+  OSPREY_PROFILE_DECODE=1 ncu --profile-from-start off --clock-control none \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+    $B bench --backend cuda --model $M/20b --prefill-lens 16 --contexts 8192 --batches $nb --steps 1 2>/dev/null > /tmp/ncu_$nb.csv
+  python3 - /tmp/ncu_$nb.csv <<'PY' | tee $OUT/ncu_decode_b$nb.txt
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+h = rows[0]; rows = rows[1:]
+ii, ki, mi, vi, ui = (h.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value", "Metric Unit"))
+unit = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+        "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3, "B": 1e-6, "KB": 1e-3, "MB": 1.0, "GB": 1e3}
+launches = collections.OrderedDict()
+for r in rows:
+    k = launches.setdefault(r[ii], {"name": r[ki].split("(")[0].replace("(anonymous namespace)::", "").replace("void ", ""), "us": 0.0, "mb": 0.0})
+    v = float(r[vi].replace(",", "")) * unit[r[ui]]
+    if r[mi].startswith("gpu__time"): k["us"] = v
+    else: k["mb"] = v
+L = list(launches.values()); L = L[len(L) // 2:]  # the warm-up step and the measured one: report the second
+agg = collections.defaultdict(lambda: [0.0, 0, 0.0])
+for k in L:
+    a = agg[k["name"]]; a[0] += k["us"]; a[1] += 1; a[2] += k["mb"]
+tot = sum(a[0] for a in agg.values())
+print(f"{len(L)} kernels, {tot:.0f} us of kernel time in one step (ncu, kernels serialized)")
+for n, (t, c, mb) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
+    print(f"{t:9.1f} us {c:5d}x {mb:9.1f} MB read {mb / t * 1e-3 if t else 0:6.2f} TB/s  {n[:80]}")
+print("first layer and the unembedding, launch by launch:")
+for k in L[:13] + L[-3:]:
+    print(f"{k['us']:8.1f} us {k['mb']:8.1f} MB {k['mb'] / k['us'] * 1e-3 if k['us'] else 0:6.2f} TB/s  {k['name'][:80]}")
+PY
+done

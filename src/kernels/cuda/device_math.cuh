@@ -1,5 +1,9 @@
 // Device-side math shared by several kernels (included by .cu files only).
 #pragma once
+#include <cuda_fp8.h>
+
+#include <cfloat>
+#include <cstdint>
 
 namespace osprey::cuda {
 
@@ -27,6 +31,77 @@ __device__ inline float swiglu_clamped(float g, float u, float alpha, float limi
   g = fminf(g, limit);
   u = fminf(fmaxf(u, -limit), limit);
   return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+}
+
+// Warp-wide dot product of fp32 rows w and x of length K (float4 steps by lane when K % 4 == 0;
+// the order every fp32 router product on the GPU uses, so results agree bit for bit).
+__device__ inline float warp_dot_f32(const float* w, const float* x, int K) {
+  const int lane = threadIdx.x & 31;
+  float acc = 0;
+  if (K % 4 == 0) {
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll 8
+    for (int k = lane; k < K / 4; k += 32) {  // unrolled: the loads of 8 steps in flight (same order of sums)
+      const float4 a = w4[k], b = x4[k];
+      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+  } else {
+    for (int k = lane; k < K; k += 32) acc += w[k] * x[k];
+  }
+  return warp_sum(acc);
+}
+
+// Router selection by one warp: the top k (<= 16) of logits l[E] (ties: lower index) and the
+// softmax over the k selected; lane 0 writes idx[k] and w[k].
+__device__ inline void warp_topk_softmax(const float* l, int E, int k, int32_t* idx, float* w) {
+  const int lane = threadIdx.x & 31;
+  int32_t chosen[16];
+  float vals[16];
+  for (int j = 0; j < k; ++j) {
+    float best = -FLT_MAX;
+    int bi = INT32_MAX;
+    for (int e = lane; e < E; e += 32) {
+      bool taken = false;
+      for (int p = 0; p < j; ++p) taken |= chosen[p] == e;
+      if (!taken && (l[e] > best || (l[e] == best && e < bi))) best = l[e], bi = e;
+    }
+    warp_argmax(best, bi);
+    chosen[j] = bi;
+    vals[j] = best;
+  }
+  if (lane != 0) return;
+  float sum = 0;
+  for (int j = 0; j < k; ++j) sum += __expf(vals[j] - vals[0]);
+  for (int j = 0; j < k; ++j) {
+    idx[j] = chosen[j];
+    w[j] = __expf(vals[j] - vals[0]) / sum;
+  }
+}
+
+// The e4m3 code of v (round to nearest even, saturating at 448) and the scale of a block whose
+// largest magnitude is amax (formats/fp8.h: amax / 448, 1 for an all-zero block).
+__device__ inline uint8_t e4m3_code(float v) { return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)); }
+__device__ inline float fp8_block_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
+
+// YaRN rotation of one (x1, x2) = (x[i], x[i + d/2]) pair at position pos; inv_freq_i = inv_freq[i].
+__device__ inline void rotate_values(float x1, float x2, int pos, float inv_freq_i, float c, float& o1, float& o2) {
+  const float theta = float(pos) * inv_freq_i;
+  float sn, cs;
+  sincosf(theta, &sn, &cs);
+  cs *= c;
+  sn *= c;
+  o1 = x1 * cs - x2 * sn;
+  o2 = x2 * cs + x1 * sn;
+}
+
+// Half-split YaRN rotation of pair i of one head (in may equal out).
+__device__ inline void rotate_pair(const float* in, float* out, int i, int half, int pos, const float* inv_freq,
+                                   float c) {
+  float o1, o2;
+  rotate_values(in[i], in[i + half], pos, inv_freq[i], c, o1, o2);
+  out[i] = o1;
+  out[i + half] = o2;
 }
 
 }  // namespace osprey::cuda

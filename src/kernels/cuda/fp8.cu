@@ -5,10 +5,12 @@
 // weight row and of its token row and feeds them to the mma's k slots in the same order:
 // 16-byte coalesced loads, no shared memory, no shuffles.
 #include <cfloat>
+#include <mutex>
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace osprey::cuda {
 
@@ -18,8 +20,6 @@ constexpr int kB = 128;
 void check_launch() { OSPREY_CUDA_CHECK(cudaGetLastError()); }
 __host__ __device__ inline int round4(int n) { return (n + 3) / 4 * 4; }
 
-__device__ inline uint8_t e4m3(float v) { return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)); }
-__device__ inline float block_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
 
 struct Bf16Source {
   const bf16* w;
@@ -53,14 +53,14 @@ __global__ void quantize_block128_kernel(Src src, int rows, int cols, uint8_t* q
   if (threadIdx.x == 0) {
     float m = 0;
     for (int w = 0; w < int(blockDim.x >> 5); ++w) m = fmaxf(m, part[w]);
-    part[0] = block_scale(m);
+    part[0] = fp8_block_scale(m);
     s[size_t(rb) * s_stride + cb] = part[0];
   }
   __syncthreads();
   const float sc = part[0];
   for (int i = threadIdx.x; i < nr * nc; i += blockDim.x) {
     const int r = r0 + i / nc, c = c0 + i % nc;
-    q[size_t(r) * cols + c] = e4m3(src(r, c) / sc);
+    q[size_t(r) * cols + c] = e4m3_code(src(r, c) / sc);
   }
 }
 
@@ -86,6 +86,8 @@ __device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, i
 // A warp per (row, 128-column block); each lane 4 columns.
 __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s,
                                     ActSegments sg) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int warp = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
   const int KB = (K + kB - 1) / kB;
   if (warp >= rows * KB) return;
@@ -100,57 +102,139 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
     v[i] = (c < K && src >= 0) ? x[size_t(src) * K + c] : 0.0f;
     amax = fmaxf(amax, fabsf(v[i]));
   }
-  const float sc = block_scale(warp_max(amax));
+  const float sc = fp8_block_scale(warp_max(amax));
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int c = kb * kB + lane * 4 + i;
-    if (c < K) q[size_t(r) * K + c] = e4m3(v[i] / sc);
+    if (c < K) q[size_t(r) * K + c] = e4m3_code(v[i] / sc);
   }
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
-// RMSNorm of row blockIdx.x (the reduction of rmsnorm_to_f32, so the values are identical), then
-// 1x128 quantization of the normalized row (dense scale layout, ld); optionally the fp32 row too.
-__global__ void rmsnorm_quant_kernel(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
-                                     float* h_out) {
-  extern __shared__ float row[];
+// Per-token row kernels: a block of kRowThreads per token, thread i holding values i, i + 1024,
+// .. of the row in registers (rows of up to kRowThreads * kRowPer values), so a row is read in
+// one wave of loads and reduced once.
+constexpr int kRowThreads = 1024, kRowPer = 4;
+
+// RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * kRowThreads,
+// 0 past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
+// codes q [H] and scales s[kb * ld + t]; h_out (optional) receives the fp32 normalized row.
+// Ends synchronized, row[] readable by the whole block.
+__device__ void rmsnorm_quantize_row(const float (&v)[kRowPer], const bf16* gain, int H, float eps, float* row,
+                                     uint8_t* q, float* s, int ld, int t, float* h_out) {
   __shared__ float part[32];
-  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float* xt = x + size_t(t) * H;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float ss = 0;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xt[i] * xt[i];
+#pragma unroll
+  for (int j = 0; j < kRowPer; ++j) ss += v[j] * v[j];
   ss = warp_sum(ss);
   if (lane == 0) part[warp] = ss;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    const float v = warp_sum(threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f);
-    if (threadIdx.x == 0) part[0] = v;
+  if (warp == 0) {
+    const float p = warp_sum(lane < int(blockDim.x >> 5) ? part[lane] : 0.0f);
+    if (lane == 0) part[0] = p;
   }
   __syncthreads();
   const float r = rsqrtf(part[0] / H + eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const float v = __bfloat162float(gain[i]) * (xt[i] * r);
-    row[i] = v;
-    if (h_out) h_out[size_t(t) * H + i] = v;
+#pragma unroll
+  for (int j = 0; j < kRowPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    if (i < H) {
+      const float n = __bfloat162float(gain[i]) * (v[j] * r);
+      row[i] = n;
+      if (h_out) h_out[i] = n;
+    }
   }
   __syncthreads();
   const int KB = (H + kB - 1) / kB;
   for (int kb = warp; kb < KB; kb += blockDim.x >> 5) {
-    float v[4], amax = 0;
+    float w[4], amax = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c = kb * kB + lane * 4 + i;
-      v[i] = c < H ? row[c] : 0.0f;
-      amax = fmaxf(amax, fabsf(v[i]));
+      w[i] = c < H ? row[c] : 0.0f;
+      amax = fmaxf(amax, fabsf(w[i]));
     }
-    const float sc = block_scale(warp_max(amax));
+    const float sc = fp8_block_scale(warp_max(amax));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c = kb * kB + lane * 4 + i;
-      if (c < H) q[size_t(t) * H + c] = e4m3(v[i] / sc);
+      if (c < H) q[c] = e4m3_code(w[i] / sc);
     }
     if (lane == 0) s[size_t(kb) * ld + t] = sc;
   }
+  __syncthreads();
+}
+
+__device__ inline void load_row(const float* xt, int H, float (&v)[kRowPer]) {
+#pragma unroll
+  for (int j = 0; j < kRowPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    v[j] = i < H ? xt[i] : 0.0f;
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_quant_kernel(const float* x, const bf16* gain, int H, float eps,
+                                                                    uint8_t* q, float* s, int ld, float* h_out) {
+  extern __shared__ float row[];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int t = blockIdx.x;
+  float v[kRowPer];
+  load_row(x + size_t(t) * H, H, v);
+  rmsnorm_quantize_row(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, h_out ? h_out + size_t(t) * H : nullptr);
+}
+
+// Token blockIdx.x: the MLP norm (quantized for the experts' first GEMM), the fp32 router
+// (linear_f32_small's products) and the top-k softmax.
+__global__ void __launch_bounds__(kRowThreads) moe_route_kernel(const float* x, const bf16* gain, int H, float eps,
+                                                                uint8_t* q, float* s, int ld, float* h_out,
+                                                                const float* router, const bf16* router_bias, int E,
+                                                                int k, int32_t* idx, float* w) {
+  extern __shared__ float row[];  // [H] normalized row, then [E] logits
+  pdl_wait();
+  pdl_launch_dependents();
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float v[kRowPer];
+  load_row(x + size_t(t) * H, H, v);
+  rmsnorm_quantize_row(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, h_out ? h_out + size_t(t) * H : nullptr);
+  float* logits = row + ((H + 3) & ~3);
+  for (int e = warp; e < E; e += blockDim.x >> 5) {
+    const float l = warp_dot_f32(router + size_t(e) * H, row, H);
+    if (lane == 0) logits[e] = l + __bfloat162float(router_bias[e]);
+  }
+  __syncthreads();
+  if (warp == 0) warp_topk_softmax(logits, E, k, idx + size_t(t) * k, w + size_t(t) * k);
+}
+
+// Token blockIdx.x: x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (the MoE combine),
+// then the RMSNorm of the new x[t] with `gain` (the next layer's attention norm or the final
+// norm), quantized for the next GEMM.
+__global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x, const float* y,
+                                                                       const int32_t* pair_row, const float* w,
+                                                                       const int32_t* idx, const bf16* b2, int k, int H,
+                                                                       const bf16* gain, float eps, uint8_t* q,
+                                                                       float* s, int ld) {
+  extern __shared__ float row[];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int t = blockIdx.x;
+  float v[kRowPer];
+#pragma unroll
+  for (int j = 0; j < kRowPer; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
+    v[j] = 0.0f;
+    if (i >= H) continue;
+    float acc = 0;
+    for (int c = 0; c < k; ++c) {
+      float yv = y[size_t(pair_row[t * k + c]) * H + i];
+      if (b2) yv += __bfloat162float(b2[size_t(idx[t * k + c]) * H + i]);
+      acc += w[t * k + c] * yv;
+    }
+    v[j] = x[size_t(t) * H + i] + acc;
+    x[size_t(t) * H + i] = v[j];
+  }
+  rmsnorm_quantize_row(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
 }
 
 __device__ inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -162,113 +246,206 @@ __device__ inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ inline uint4 load16(const uint8_t* p, bool ok) {
-  return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+// Activations: written by the kernel before, which under PDL may still have been running when
+// this one started, so never through the non-coherent path (L2 only, .cg).
+__device__ inline uint4 load16_act(const uint8_t* p, bool ok) {
+  return ok ? __ldcg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
 constexpr int kSkinnyWarps = 8;
 
-// Block: 16 weight rows, its 8 warps splitting K by 128-blocks (summed in a fixed order through
-// shared memory, so results do not depend on timing); blockIdx.y = segment. Each pass covers NT
-// tiles of 8 rows. Per 128-block a thread has 4 weight loads and 2 per tile in flight.
+// Shared-memory row stride of staged activation codes: K bytes padded so that two consecutive rows
+// start 16 banks apart (a quarter-warp's 16-byte loads then touch every bank once).
+__host__ __device__ inline int skinny_x_stride(int K) {
+  const int words = K / 4;
+  return K + 4 * ((16 - words % 32 + 32) % 32);
+}
+// Stages of each warp's weight ring: one 128-column block of its 16 rows (2 KB) per stage.
+__host__ __device__ constexpr int skinny_stages(int NT) { return NT == 1 ? 4 : NT == 2 ? 6 : 3; }
+constexpr int kRingStage = 16 * kB;
+__host__ __device__ inline size_t skinny_stage_bytes(int NT, int K) {  // staged codes + scales
+  const int KB = (K + kB - 1) / kB;
+  return (size_t(8 * NT) * skinny_x_stride(K) + size_t(8 * NT) * KB * sizeof(float) + 15) / 16 * 16;
+}
+__host__ __device__ inline size_t skinny_smem_bytes(int NT, int K) {
+  return skinny_stage_bytes(NT, K) + size_t(kSkinnyWarps) * skinny_stages(NT) * kRingStage;
+}
+
+__device__ inline void cp_async16(void* smem, const void* gmem, bool ok) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Block: 8 warps = (8 / ks) tiles of 16 weight rows x ks K-splits (a tile's ks partial sums are
+// added in a fixed order through shared memory, so results do not depend on timing; ks = 1: each
+// warp owns a tile over the whole K and writes it directly). blockIdx.y = segment. Each pass
+// covers 8 * NT activation rows, staged with their scales in shared memory by the whole block
+// (one round trip). Each warp streams its weights through a ring of S stages with cp.async
+// (S - 1 blocks of 2 KB in flight per warp, no registers held); every thread copies and later
+// reads back only its own 64 bytes of a stage, so the ring needs no synchronization beyond
+// cp.async.wait_group. A dense GEMM fills its ring before pdl_wait, i.e. while the kernel before
+// it is still finishing.
 template <int NT>
-__global__ void __launch_bounds__(kSkinnyWarps * 32) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
+__global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
                                                          int ws_stride, const bf16* __restrict__ bias,
-                                                         const uint8_t* __restrict__ x, const float* __restrict__ xs,
-                                                         ActSegments sg, float* __restrict__ y, int y_ld,
-                                                         bool accumulate, int N, int K) {
+                                                         const uint8_t* x, const float* xs,
+                                                         ActSegments sg, float* y, int y_ld,
+                                                         bool accumulate, int N, int K, int ks) {
+  constexpr int S = skinny_stages(NT);
   __shared__ float red[kSkinnyWarps][NT][4][32];
-  const int e = sg.active ? sg.active[blockIdx.y] : blockIdx.y;
-  if (e < 0) return;
+  extern __shared__ __align__(16) uint8_t stage[];  // [8 NT][x_stride] codes, [8 NT][KB] scales, then the rings
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int s0 = sg.seg ? sg.seg[e] : 0, s1 = sg.seg ? sg.seg[e + 1] : sg.rows;
-  const int n0 = blockIdx.x * 16;
-  if (s1 <= s0 || n0 >= N) return;  // uniform over the block
-  const int KB = (K + kB - 1) / kB, per_warp = (KB + kSkinnyWarps - 1) / kSkinnyWarps;
-  const int kb0 = min(KB, warp * per_warp), kb1 = min(KB, kb0 + per_warp);
-  const int sld = sg.seg ? s1 - s0 : sg.ld;  // scales of this segment: [KB][sld] at sbase
-  const size_t sbase = sg.seg ? size_t(KB) * s0 : 0;
-  const int ws_rows = round4((N + kB - 1) / kB);
-  const uint8_t* We = W + size_t(e) * N * K;
-  const float* wse = ws + size_t(e) * ws_rows * ws_stride + size_t(n0 / kB) * ws_stride;
-  const bf16* be = bias ? bias + size_t(e) * N : nullptr;
-  const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N;
+  const int tile = warp / ks, split = warp % ks, tiles_per_block = kSkinnyWarps / ks;
+  const bool grouped = sg.seg != nullptr;
+  int e = 0;
+  if (grouped) {  // the expert comes from the routing kernels
+    pdl_wait();
+    e = sg.active ? sg.active[blockIdx.y] : blockIdx.y;
+  }
+  const int n0 = (blockIdx.x * tiles_per_block + tile) * 16;
+  const int KB = (K + kB - 1) / kB, per_split = (KB + ks - 1) / ks;
+  const int kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
+  const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, active = e >= 0 && n0 < N;
+  const uint8_t* We = W + size_t(max(e, 0)) * N * K;
   const uint8_t* wlo = We + size_t(ok_lo ? n0 + g : 0) * K + c * 16;
   const uint8_t* whi = We + size_t(ok_hi ? n0 + g + 8 : 0) * K + c * 16;
-  const float b_lo = (warp == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
-  const float b_hi = (warp == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
-  for (int base = s0; base < s1; base += 8 * NT) {
-    float acc[NT][4];
-    const uint8_t* xrow[NT];
-    bool xok[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      acc[t][0] = acc[t][1] = b_lo;  // the accumulators start from the bias (warp 0's share)
-      acc[t][2] = acc[t][3] = b_hi;
-      const int r = base + t * 8 + g;
-      xok[t] = r < s1;
-      xrow[t] = x + size_t(xok[t] ? r : s0) * K + c * 16;
-    }
-#pragma unroll 2
-    for (int kb = kb0; kb < kb1; ++kb) {
+  uint8_t* ring = stage + skinny_stage_bytes(NT, K) + size_t(warp) * S * kRingStage + lane * 16;
+  auto issue = [&](int kb) {  // block kb into its slot; always one commit group
+    if (active && kb < kb1) {
       const int k0 = kb * kB;
       const bool in0 = k0 + c * 16 < K, in1 = k0 + 64 + c * 16 < K;  // K % 16 == 0: a 16-byte piece is in or out
-      const uint4 alo0 = load16(wlo + k0, ok_lo && in0), ahi0 = load16(whi + k0, ok_hi && in0);
-      const uint4 alo1 = load16(wlo + k0 + 64, ok_lo && in1), ahi1 = load16(whi + k0 + 64, ok_hi && in1);
-      float part[NT][4];
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const uint4 b0 = load16(xrow[t] + k0, xok[t] && in0), b1 = load16(xrow[t] + k0 + 64, xok[t] && in1);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
-        mma_e4m3(part[t], alo0.x, ahi0.x, alo0.y, ahi0.y, b0.x, b0.y);
-        mma_e4m3(part[t], alo0.z, ahi0.z, alo0.w, ahi0.w, b0.z, b0.w);
-        mma_e4m3(part[t], alo1.x, ahi1.x, alo1.y, ahi1.y, b1.x, b1.y);
-        mma_e4m3(part[t], alo1.z, ahi1.z, alo1.w, ahi1.w, b1.z, b1.w);
-      }
-      const float w_s = wse[kb];  // fold in the two scales of this 128-block
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int r0 = base + t * 8 + 2 * c;
-        const float x0 = r0 < s1 ? xs[sbase + size_t(kb) * sld + (r0 - s0)] : 0.0f;
-        const float x1 = r0 + 1 < s1 ? xs[sbase + size_t(kb) * sld + (r0 + 1 - s0)] : 0.0f;
-        acc[t][0] += part[t][0] * (w_s * x0);
-        acc[t][1] += part[t][1] * (w_s * x1);
-        acc[t][2] += part[t][2] * (w_s * x0);
-        acc[t][3] += part[t][3] * (w_s * x1);
-      }
+      uint8_t* d = ring + ((kb - kb0) % S) * kRingStage;
+      cp_async16(d, wlo + k0, ok_lo && in0);
+      cp_async16(d + 512, whi + k0, ok_hi && in0);
+      cp_async16(d + 1024, wlo + k0 + 64, ok_lo && in1);
+      cp_async16(d + 1536, whi + k0 + 64, ok_hi && in1);
     }
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) red[warp][t][i][lane] = acc[t][i];
+    cp_async_commit();
+  };
+  for (int i = 0; i < S - 1; ++i) issue(kb0 + i);
+  if (!grouped) pdl_wait();
+  pdl_launch_dependents();
+  if (e < 0) return;  // uniform over the block
+  const int s0 = grouped ? sg.seg[e] : 0, s1 = grouped ? sg.seg[e + 1] : sg.rows;
+  if (s1 <= s0) {  // uniform over the block
+    cp_async_wait<0>();
+    return;
+  }
+  // Activation scales: [KB][sld] at sbase for this segment, or by source row with stride x_ld
+  // when rows are gathered (x_rows).
+  const int sld = grouped ? s1 - s0 : sg.ld;
+  const size_t sbase = grouped ? size_t(KB) * s0 : 0;
+  const int sstride = sg.x_rows ? sg.x_ld : sld;
+  const int x_stride = skinny_x_stride(K), rows_pass = 8 * NT;
+  float* stage_s = reinterpret_cast<float*>(stage + size_t(rows_pass) * x_stride);
+  const int ws_rows = round4((N + kB - 1) / kB);
+  const float* wse = n0 < N ? ws + size_t(e) * ws_rows * ws_stride + size_t(n0 / kB) * ws_stride : nullptr;
+  const bf16* be = bias ? bias + size_t(e) * N : nullptr;
+  const float b_lo = (split == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
+  const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
+  for (int base = s0; base < s1; base += rows_pass) {
+    if (base != s0)
+      for (int i = 0; i < S - 1; ++i) issue(kb0 + i);
+    // Stage this pass's rows: codes (zero rows past the segment or for padding) and scales.
+    const int pieces = K / 16;
+    for (int i = threadIdx.x; i < rows_pass * pieces; i += blockDim.x) {
+      const int rl = i / pieces, p = i % pieces, r = base + rl;
+      const int src = r < s1 ? (sg.x_rows ? sg.x_rows[r] : r) : -1;
+      *reinterpret_cast<uint4*>(stage + size_t(rl) * x_stride + p * 16) =
+          load16_act(x + size_t(src < 0 ? 0 : src) * K + p * 16, src >= 0);
+    }
+    for (int i = threadIdx.x; i < rows_pass * KB; i += blockDim.x) {
+      const int rl = i / KB, kb = i % KB, r = base + rl;
+      float v = 0.0f;
+      if (r < s1) {
+        if (!sg.x_rows) v = __ldcg(xs + sbase + size_t(kb) * sstride + (r - s0));
+        else if (sg.x_rows[r] >= 0) v = __ldcg(xs + size_t(kb) * sstride + sg.x_rows[r]);
+      }
+      stage_s[rl * KB + kb] = v;
+    }
     __syncthreads();
-    if (warp == 0) {
+    float acc[NT][4];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int r0 = base + t * 8 + 2 * c;
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] = acc[t][1] = b_lo;  // the accumulators start from the bias (split 0's share)
+      acc[t][2] = acc[t][3] = b_hi;
+    }
+    if (active)
+      for (int kb = kb0; kb < kb1; ++kb) {
+        issue(kb + S - 1);
+        cp_async_wait<S - 1>();  // block kb has landed (its group is the oldest of the last S)
+        const uint8_t* src = ring + ((kb - kb0) % S) * kRingStage;
+        const uint4 lo0 = *reinterpret_cast<const uint4*>(src), hi0 = *reinterpret_cast<const uint4*>(src + 512);
+        const uint4 lo1 = *reinterpret_cast<const uint4*>(src + 1024), hi1 = *reinterpret_cast<const uint4*>(src + 1536);
+        const int k0 = kb * kB;
+        const bool in0 = k0 + c * 16 < K, in1 = k0 + 64 + c * 16 < K;
+        float part[NT][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float v = red[0][t][i][lane];
+        for (int t = 0; t < NT; ++t) {
+          const uint8_t* xr = stage + size_t(t * 8 + g) * x_stride + k0 + c * 16;
+          const uint4 b0 = in0 ? *reinterpret_cast<const uint4*>(xr) : make_uint4(0, 0, 0, 0);
+          const uint4 b1 = in1 ? *reinterpret_cast<const uint4*>(xr + 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-          for (int w = 1; w < kSkinnyWarps; ++w) v += red[w][t][i][lane];
-          const int r = r0 + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-          if (r < s1 && n < N) {
-            float* out = y + size_t(r) * y_ld + n;
-            *out = accumulate ? *out + v : v;
-          }
+          for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
+          mma_e4m3(part[t], lo0.x, hi0.x, lo0.y, hi0.y, b0.x, b0.y);
+          mma_e4m3(part[t], lo0.z, hi0.z, lo0.w, hi0.w, b0.z, b0.w);
+          mma_e4m3(part[t], lo1.x, hi1.x, lo1.y, hi1.y, b1.x, b1.y);
+          mma_e4m3(part[t], lo1.z, hi1.z, lo1.w, hi1.w, b1.z, b1.w);
+        }
+        const float w_s = wse[kb];  // fold in the two scales of this 128-block
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float x0 = stage_s[(t * 8 + 2 * c) * KB + kb], x1 = stage_s[(t * 8 + 2 * c + 1) * KB + kb];
+          acc[t][0] += part[t][0] * (w_s * x0);
+          acc[t][1] += part[t][1] * (w_s * x1);
+          acc[t][2] += part[t][2] * (w_s * x0);
+          acc[t][3] += part[t][3] * (w_s * x1);
         }
       }
+    auto store = [&](int t, int i, float v) {
+      const int r = base + t * 8 + 2 * c + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+      if (r < s1 && n < N) {
+        float* out = y + size_t(r) * y_ld + n;
+        *out = accumulate ? *out + v : v;
+      }
+    };
+    if (ks == 1) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) store(t, i, acc[t][i]);
+    } else {
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[warp][t][i][lane] = acc[t][i];
+      __syncthreads();
+      if (split == 0) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = red[warp][t][i][lane];
+            for (int w = 1; w < ks; ++w) v += red[warp + w][t][i][lane];
+            store(t, i, v);
+          }
+      }
     }
-    __syncthreads();
+    __syncthreads();  // the stage and red are reused by the next pass
   }
+  cp_async_wait<0>();  // nothing in flight into shared memory at exit
 }
 
 // Counting sort of (token, choice) pairs by expert; each expert's run padded to a multiple of 4.
 __global__ void moe_sort_kernel(const int32_t* idx, int P, int k, int E, int32_t* seg, int32_t* row_token,
                                 int32_t* pair_row, int32_t* active) {
   extern __shared__ int sh[];
+  pdl_wait();
+  pdl_launch_dependents();
   int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
   __syncthreads();
@@ -294,30 +471,37 @@ __global__ void moe_sort_kernel(const int32_t* idx, int P, int k, int E, int32_t
     for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
 }
 
-__global__ void moe_bias_swiglu_kernel(const float* t, const bf16* b1, ActSegments sg, float* a, int rows, int I,
-                                       float alpha, float limit) {
-  const int r = blockIdx.x;
+// A warp per (row, 128-column block of I): clamped SwiGLU of the row's interleaved (gate, up)
+// pairs (+ b1 of the row's expert when given) and the 1x128 quantization of the result.
+__global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegments sg, int rows, int I, float alpha,
+                                        float limit, uint8_t* q, float* s) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int warp = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  const int KB = (I + kB - 1) / kB;
+  if (warp >= rows * KB) return;
+  const int r = warp / KB, kb = warp % KB;
   if (r >= sg.seg[sg.n]) return;
   const bf16* b = b1 ? b1 + size_t(segment_of(sg, r)) * 2 * I : nullptr;
-  for (int i = threadIdx.x; i < I; i += blockDim.x) {
-    float gt = t[size_t(r) * 2 * I + 2 * i], up = t[size_t(r) * 2 * I + 2 * i + 1];
-    if (b) gt += __bfloat162float(b[2 * i]), up += __bfloat162float(b[2 * i + 1]);
-    a[size_t(r) * I + i] = swiglu_clamped(gt, up, alpha, limit);
-  }
-}
-
-__global__ void moe_combine_sorted_kernel(float* x, const float* y, const int32_t* pair_row, const float* w,
-                                          const int32_t* idx, const bf16* b2, int k, int H) {
-  const int t = blockIdx.x;
-  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
-    float s = 0;
-    for (int j = 0; j < k; ++j) {
-      float v = y[size_t(pair_row[t * k + j]) * H + i];
-      if (b2) v += __bfloat162float(b2[size_t(idx[t * k + j]) * H + i]);
-      s += w[t * k + j] * v;
+  float v[4], amax = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = kb * kB + lane * 4 + i;
+    v[i] = 0.0f;
+    if (c < I) {
+      float gt = t[size_t(r) * 2 * I + 2 * c], up = t[size_t(r) * 2 * I + 2 * c + 1];
+      if (b) gt += __bfloat162float(b[2 * c]), up += __bfloat162float(b[2 * c + 1]);
+      v[i] = swiglu_clamped(gt, up, alpha, limit);
     }
-    x[size_t(t) * H + i] += s;
+    amax = fmaxf(amax, fabsf(v[i]));
   }
+  const float sc = fp8_block_scale(warp_max(amax));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = kb * kB + lane * 4 + i;
+    if (c < I) q[size_t(r) * I + c] = e4m3_code(v[i] / sc);
+  }
+  if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
 }  // namespace
@@ -336,54 +520,87 @@ void quantize_mxfp4_block128(const uint8_t* blocks, const uint8_t* e8m0, int row
   check_launch();
 }
 
+void check_row(int H, const char* what) {
+  if (H > kRowThreads * kRowPer)
+    fail_plain(std::string(what) + ": rows of more than " + std::to_string(kRowThreads * kRowPer) +
+               " values are not supported (got " + std::to_string(H) + ")");
+}
+
 void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
                       float* h_out, cudaStream_t st) {
   if (T == 0) return;
-  rmsnorm_quant_kernel<<<T, 256, H * sizeof(float), st>>>(x, gain, H, eps, q, s, ld, h_out);
-  check_launch();
+  check_row(H, "rmsnorm_quantize");
+  launch_pdl("norm", rmsnorm_quant_kernel, T, kRowThreads, H * sizeof(float), st, x, gain, H, eps, q, s, ld, h_out);
+}
+
+void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
+               const float* router, const bf16* router_bias, int E, int k, int32_t* idx, float* w, cudaStream_t st) {
+  if (T == 0) return;
+  if (k > 16) fail_plain("moe_route: at most 16 experts per token");
+  check_row(H, "moe_route");
+  const size_t smem = (size_t((H + 3) & ~3) + E) * sizeof(float);
+  launch_pdl("route", moe_route_kernel, T, kRowThreads, smem, st, x, gain, H, eps, q, s, ld, h_out, router, router_bias, E, k,
+             idx, w);
+}
+
+void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
+                      const bf16* b2, int T, int k, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld,
+                      cudaStream_t st) {
+  if (T == 0) return;
+  check_row(H, "moe_combine_norm");
+  launch_pdl("norm", moe_combine_norm_kernel, T, kRowThreads, H * sizeof(float), st, x, y, pair_row, w, idx, b2, k, H, gain,
+             eps, q, s, ld);
 }
 
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActSegments sg,
                         cudaStream_t st) {
   if (rows == 0) return;
   const size_t warps = size_t(rows) * ((K + kB - 1) / kB);
-  quantize_act_kernel<<<unsigned((warps * 32 + 255) / 256), 256, 0, st>>>(x, in_rows, rows, K, q, s, sg);
-  check_launch();
+  launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s, sg);
 }
 
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
-                     int rows_per_seg_max, cudaStream_t st) {
+                     int rows_hint, cudaStream_t st) {
   if (K % 16) fail_plain("fp8_gemm_skinny: K must be a multiple of 16 (got " + std::to_string(K) + ")");
   if (!sg.seg && sg.rows == 0) return;
-  dim3 grid(unsigned((N + 15) / 16), unsigned(!sg.seg ? 1 : sg.active ? sg.active_max : sg.n));
-  if (rows_per_seg_max <= 8)
-    fp8_skinny_kernel<1><<<grid, kSkinnyWarps * 32, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
-  else if (rows_per_seg_max <= 16)
-    fp8_skinny_kernel<2><<<grid, kSkinnyWarps * 32, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
-  else
-    fp8_skinny_kernel<4><<<grid, kSkinnyWarps * 32, 0, st>>>(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K);
-  check_launch();
+  // K-splits per 16-row tile: enough warps in flight (~2048) to stream the weights, no more
+  // (split partial sums cost a reduction), never more splits than 128-blocks.
+  const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.n, row_tiles = (N + 15) / 16;
+  const int KB = (K + kB - 1) / kB;
+  int ks = 1;
+  while (ks < kSkinnyWarps && size_t(row_tiles) * segments * ks < 2048 && ks * 2 <= KB) ks *= 2;
+  const int tiles_per_block = kSkinnyWarps / ks;
+  dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
+  constexpr int kMaxStage = 200 * 1024;
+  static std::once_flag once;  // set outside any graph capture's dependence on it: once, for the largest stage
+  std::call_once(once, [] {
+    for (auto k : {fp8_skinny_kernel<1>, fp8_skinny_kernel<2>, fp8_skinny_kernel<4>})
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStage));
+  });
+  auto run = [&](auto kernel, int NT) {
+    const size_t smem = skinny_smem_bytes(NT, K);
+    if (smem > kMaxStage) fail_plain("fp8_gemm_skinny: K = " + std::to_string(K) + " is too long to stage");
+    launch_pdl("gemm", kernel, grid, kSkinnyWarps * 32, smem, st, W, ws, ws_stride, bias, x, xs, sg, y, y_ld,
+               accumulate, N, K, ks);
+  };
+  if (rows_hint <= 8) run(fp8_skinny_kernel<1>, 1);
+  else if (rows_hint <= 16) run(fp8_skinny_kernel<2>, 2);
+  else run(fp8_skinny_kernel<4>, 4);
 }
 
 void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,
               int32_t* active, cudaStream_t st) {
-  moe_sort_kernel<<<1, 1024, (3 * E + 1) * sizeof(int), st>>>(idx, T * k, k, E, seg, row_token, pair_row, active);
-  check_launch();
+  launch_pdl("sort", moe_sort_kernel, 1, 1024, (3 * E + 1) * sizeof(int), st, idx, T * k, k, E, seg, row_token, pair_row,
+             active);
 }
 
-void moe_bias_swiglu(const float* t, const bf16* b1, ActSegments sg, float* a, int rows, int I, float alpha,
-                     float limit, cudaStream_t st) {
+void moe_swiglu_quantize(const float* t, const bf16* b1, ActSegments sg, int rows, int I, float alpha, float limit,
+                         uint8_t* q, float* s, cudaStream_t st) {
   if (rows == 0) return;
-  moe_bias_swiglu_kernel<<<rows, 256, 0, st>>>(t, b1, sg, a, rows, I, alpha, limit);
-  check_launch();
-}
-
-void moe_combine_sorted(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
-                        const bf16* b2, int T, int k, int H, cudaStream_t st) {
-  if (T == 0) return;
-  moe_combine_sorted_kernel<<<dim3(unsigned(T), unsigned((H + 255) / 256)), 256, 0, st>>>(x, y, pair_row, w, idx, b2, k, H);
-  check_launch();
+  const size_t warps = size_t(rows) * ((I + kB - 1) / kB);
+  launch_pdl("swiglu", moe_swiglu_quant_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, t, b1, sg, rows, I, alpha, limit,
+             q, s);
 }
 
 }  // namespace osprey::cuda

@@ -23,6 +23,11 @@ struct ActSegments {
   // then launches `active_max` segment slots instead of n (a decode step touches few experts).
   const int32_t* active = nullptr;
   int active_max = 0;
+  // Optional (skinny GEMM): row r reads activation row x_rows[r] (< 0: a zero row) of a dense
+  // matrix whose scales are [KB][x_ld], instead of row r of the segment layout. The MoE GEMMs read
+  // each token's quantized row this way instead of copying it once per chosen expert.
+  const int32_t* x_rows = nullptr;
+  int x_ld = 0;
 };
 
 // Activations x [.][K] fp32 -> codes q [rows][K] and scales (1x128 blocks). Row r reads x row
@@ -35,14 +40,21 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
 void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
                       float* h_out, cudaStream_t st);
 
+// The MoE's routing front: RMSNorm of x [T][H] with `gain`, quantized as rmsnorm_quantize does
+// (and in fp32 into h_out when given), the fp32 router logits (router [E][H] + bias, the products
+// of linear_f32_small) and the top-k softmax (topk_softmax): idx, w [T][k]. One kernel.
+void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
+               const float* router, const bf16* router_bias, int E, int k, int32_t* idx, float* w, cudaStream_t st);
+
 // Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
 // segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].
 // W [E][N][K] codes, ws [E][round4(N/128)][ws_stride], bias [E][N] bf16 or null; x codes [rows][K]
-// with scales in `seg` layout; y rows y_ld apart. K % 16 == 0. rows_per_seg_max bounds a segment's
-// rows (picks the tile width); every row of every segment is computed. Grouped: `rows` bounds seg[n].
+// with scales in `seg` layout; y rows y_ld apart. K % 16 == 0. rows_hint: the rows a segment
+// typically has (picks the tile width: 8, 16 or 32 rows per pass over the weights); every row of
+// every segment is computed whatever the hint. Grouped: `rows` bounds seg[n].
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments seg, float* y, int y_ld, bool accumulate, int N, int K,
-                     int rows_per_seg_max, cudaStream_t st);
+                     int rows_hint, cudaStream_t st);
 
 // MoE routing, sorted by expert with every expert's run padded to a multiple of 4 rows:
 // idx [T][k] -> seg [E+1] (padded offsets), row_token [T*k + 4E] (token of each sorted row, -1 for
@@ -52,11 +64,14 @@ void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* ro
               int32_t* active, cudaStream_t st);
 inline int moe_rows_max(int T, int k, int E) { return T * k + 4 * E; }
 
-// t [rows][2I] (+ bias b1 of the row's expert when b1 != null) -> clamped SwiGLU a [rows][I] fp32.
-void moe_bias_swiglu(const float* t, const bf16* b1, ActSegments seg, float* a, int rows, int I, float alpha,
-                     float limit, cudaStream_t st);
-// x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]])   (b2 [E][H] or null)
-void moe_combine_sorted(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
-                        const bf16* b2, int T, int k, int H, cudaStream_t st);
+// t [rows][2I] (+ bias b1 of the row's expert when b1 != null) -> clamped SwiGLU, quantized in
+// 1x128 blocks into codes q [rows][I] and scales in the `seg` layout (rows past seg[n] untouched).
+void moe_swiglu_quantize(const float* t, const bf16* b1, ActSegments seg, int rows, int I, float alpha, float limit,
+                         uint8_t* q, float* s, cudaStream_t st);
+// The MoE combine, x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (b2 [E][H] or null),
+// then rmsnorm_quantize of the new x with `gain` (the next layer's first norm, or the final one).
+void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
+                      const bf16* b2, int T, int k, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld,
+                      cudaStream_t st);
 
 }  // namespace osprey::cuda

@@ -61,37 +61,12 @@ __global__ void to_bf16_kernel(const float* src, bf16* dst, size_t n) {
   if (i < n) dst[i] = __float2bfloat16(src[i]);
 }
 
-// Half-split YaRN rotation of pair i of one head (in may equal out).
-__device__ inline void rotate_pair(const float* in, float* out, int i, int half, int pos, const float* inv_freq,
-                                   float c) {
-  const float theta = float(pos) * inv_freq[i];
-  float sn, cs;
-  sincosf(theta, &sn, &cs);
-  cs *= c;
-  sn *= c;
-  const float x1 = in[i], x2 = in[i + half];
-  out[i] = x1 * cs - x2 * sn;
-  out[i + half] = x2 * cs + x1 * sn;
-}
-
 __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv_freq, float c, int heads, int d) {
   const int t = blockIdx.x, half = d / 2;
   for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
     float* v = x + (size_t(t) * heads + j / half) * d;
     rotate_pair(v, v, j % half, half, positions[t], inv_freq, c);
   }
-}
-
-__global__ void qkv_split_rope_kernel(const float* qkv, const int32_t* positions, const float* inv_freq, float c,
-                                      int heads, int kv_heads, int d, float* q, float* k, float* v) {
-  const int t = blockIdx.x, half = d / 2, width = (heads + 2 * kv_heads) * d;
-  const float* src = qkv + size_t(t) * width;
-  for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
-    const int hh = j / half;  // q heads, then k heads
-    float* o = hh < heads ? q + (size_t(t) * heads + hh) * d : k + (size_t(t) * kv_heads + (hh - heads)) * d;
-    rotate_pair(src + size_t(hh) * d, o, j % half, half, positions[t], inv_freq, c);
-  }
-  for (int j = threadIdx.x; j < kv_heads * d; j += blockDim.x) v[size_t(t) * kv_heads * d + j] = src[(heads + kv_heads) * d + j];
 }
 
 // The online-softmax core both attention kernels share: keys j = begin, begin + step, .. <= end
@@ -196,31 +171,10 @@ __global__ void sink_attention_decode_kernel(const float* q, const float* k, con
   }
 }
 
-// One warp per token: k rounds of a warp-wide argmax (lower index on ties) over the E logits.
+// One warp per token.
 __global__ void topk_softmax_kernel(const float* logits, int32_t* idx, float* w, int E, int k) {
-  const int t = blockIdx.x, lane = threadIdx.x;
-  const float* l = logits + size_t(t) * E;
-  int32_t chosen[16];
-  float vals[16];
-  for (int j = 0; j < k; ++j) {
-    float best = -FLT_MAX;
-    int bi = INT32_MAX;
-    for (int e = lane; e < E; e += 32) {
-      bool taken = false;
-      for (int p = 0; p < j; ++p) taken |= chosen[p] == e;
-      if (!taken && (l[e] > best || (l[e] == best && e < bi))) best = l[e], bi = e;
-    }
-    warp_argmax(best, bi);
-    chosen[j] = bi;
-    vals[j] = best;
-  }
-  if (lane != 0) return;
-  float sum = 0;
-  for (int j = 0; j < k; ++j) sum += __expf(vals[j] - vals[0]);
-  for (int j = 0; j < k; ++j) {
-    idx[t * k + j] = chosen[j];
-    w[t * k + j] = __expf(vals[j] - vals[0]) / sum;
-  }
+  const int t = blockIdx.x;
+  warp_topk_softmax(logits + size_t(t) * E, E, k, idx + size_t(t) * k, w + size_t(t) * k);
 }
 
 template <typename Out>
@@ -325,18 +279,7 @@ __global__ void linear_f32_small_kernel(const float* W, const float* x, const bf
   const int w = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
   if (w >= T * N) return;
   const int t = w / N, n = w % N;
-  float acc = 0;
-  if (K % 4 == 0) {
-    const float4* w4 = reinterpret_cast<const float4*>(W + size_t(n) * K);
-    const float4* x4 = reinterpret_cast<const float4*>(x + size_t(t) * K);
-    for (int k = lane; k < K / 4; k += 32) {
-      const float4 a = w4[k], b = x4[k];
-      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-    }
-  } else {
-    for (int k = lane; k < K; k += 32) acc += W[size_t(n) * K + k] * x[size_t(t) * K + k];
-  }
-  acc = warp_sum(acc);
+  const float acc = warp_dot_f32(W + size_t(n) * K, x + size_t(t) * K, K);
   if (lane == 0) y[size_t(t) * N + n] = acc + (bias ? __bfloat162float(bias[n]) : 0.0f);
 }
 
@@ -392,12 +335,6 @@ void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t s) {
 }
 void rope(float* x, const int32_t* positions, const float* inv_freq, float c, int T, int heads, int d, cudaStream_t s) {
   rope_kernel<<<T, kThreads, 0, s>>>(x, positions, inv_freq, c, heads, d);
-  check_launch();
-}
-void qkv_split_rope(const float* qkv, const int32_t* positions, const float* inv_freq, float c, int T, int heads,
-                    int kv_heads, int d, float* q, float* k, float* v, cudaStream_t s) {
-  if (T == 0) return;
-  qkv_split_rope_kernel<<<T, kThreads, 0, s>>>(qkv, positions, inv_freq, c, heads, kv_heads, d, q, k, v);
   check_launch();
 }
 void sink_attention(const float* q, const float* k, const float* v, const bf16* sinks, float* out, int T, int first_pos,

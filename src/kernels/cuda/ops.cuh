@@ -37,10 +37,6 @@ void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t s);
 // Half-split YaRN rotation in place: x [T][heads][d]; inv_freq [d/2]; positions [T].
 void rope(float* x, const int32_t* positions, const float* inv_freq, float concentration, int T, int heads, int d,
           cudaStream_t s);
-// Fused QKV output qkv [T][(heads + 2 kv_heads) d] -> q [T][heads][d], k [T][kv_heads][d] rotated
-// (the rope kernel's arithmetic), v copied.
-void qkv_split_rope(const float* qkv, const int32_t* positions, const float* inv_freq, float concentration, int T,
-                    int heads, int kv_heads, int d, float* q, float* k, float* v, cudaStream_t s);
 // Sink attention over a contiguous per-layer cache k, v [capacity][kv_heads][d] (fp32, positions
 // 0.. in order; a sliding window reads only its keys). Queries q [T][heads][d] at positions
 // first_pos..first_pos+T-1 whose keys are already in the cache; out [T][heads][d].

@@ -1,11 +1,11 @@
-// Paged attention with sinks. A block per (KV head, row, split); its warps are the query heads of
-// that KV head (GQA: they share every K/V row through L1). Within a warp, each lane scores its own
-// key of a group of 32 (a full 64-dim dot product, no shuffles), the group's max and sum update
-// the running softmax once, and then the lanes, each owning d/32 output dimensions, accumulate
-// the 32 value rows with the probabilities broadcast by shuffle.
+// Attention over the paged BF16 KV cache: cache writes, decode attention split along the KV
+// length (tensor cores for d = 64, CUDA cores otherwise) with a merge that can quantize its
+// output for the next GEMM, and the tensor-core prefill (flash_prefill, below).
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace osprey::cuda {
@@ -20,7 +20,30 @@ __device__ inline size_t kv_row(const KvLayerView& L, int slot, int j) {
   return size_t(slot) * L.ring + (j % L.ring);
 }
 
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// (a, b) as two bf16 pairs whose sum carries ~16 significant bits of each value.
+__device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 f = __bfloat1622float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = pack_bf16(a - f.x, b - f.y);
+}
+
+__device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 __global__ void kv_write_kernel(KvLayerView L, const float* k, const float* v, const int32_t* slot, const int32_t* pos) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int r = blockIdx.x, n = L.kv_heads * L.d;
   const size_t row = kv_row(L, slot[r], pos[r]);
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -29,10 +52,48 @@ __global__ void kv_write_kernel(KvLayerView L, const float* k, const float* v, c
   }
 }
 
+// Token blockIdx.x of a fused QKV output [T][(heads + 2 kv_heads) d]: q heads rotated into q,
+// k heads rotated and v copied into the cache as BF16 (the arithmetic of rope and kv_write).
+__global__ void qkv_rope_to_cache_kernel(KvLayerView L, const float* qkv, const int32_t* slots,
+                                         const int32_t* positions, const float* inv_freq, float c, int heads,
+                                         float* q) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int t = blockIdx.x, d = L.d, half = d / 2, kvh = L.kv_heads, width = (heads + 2 * kvh) * d;
+  const float* src = qkv + size_t(t) * width;
+  const int pos = positions[t];
+  const size_t row = kv_row(L, slots[t], pos) * size_t(kvh) * d;
+  for (int j = threadIdx.x; j < (heads + kvh) * half; j += blockDim.x) {
+    const int hh = j / half, i = j % half;
+    if (hh < heads) {
+      rotate_pair(src + size_t(hh) * d, q + (size_t(t) * heads + hh) * d, i, half, pos, inv_freq, c);
+    } else {
+      const float* in = src + size_t(hh) * d;
+      float o1, o2;
+      rotate_values(in[i], in[i + half], pos, inv_freq[i], c, o1, o2);
+      bf16* kd = L.k + row + size_t(hh - heads) * d;
+      kd[i] = __float2bfloat16(o1);
+      kd[i + half] = __float2bfloat16(o2);
+    }
+  }
+  for (int j = threadIdx.x; j < kvh * d; j += blockDim.x) L.v[row + j] = __float2bfloat16(src[(heads + kvh) * d + j]);
+}
+
+// The partial state of one (row, head, split): D accumulator values, the running max, the sum.
+__device__ inline float* partial_at(float* scratch, int r, int h, int heads, int splits, int sp, int D) {
+  return scratch + ((size_t(r) * heads + h) * splits + sp) * (D + 2);
+}
+
+// CUDA-core decode attention (any D): a block per (KV head, row, split); its warps are the query
+// heads of that KV head (they share every K/V row through L1). Each lane scores its own key of a
+// group of 32, the group's max and sum update the running softmax once, and the lanes, each
+// owning D/32 output dimensions, accumulate the 32 value rows. Writes partial states.
 template <int D>
 __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16* sinks, const int32_t* slots,
-                                       const int32_t* positions, float* out, int heads, int window, float scale,
-                                       int splits, float* scratch) {
+                                       const int32_t* positions, int heads, int window, float scale, int splits,
+                                       float* scratch) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int PER = (D + 31) / 32;  // output dims per lane (lane + 32 i < D)
   const int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
   const int group = heads / L.kv_heads, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -87,42 +148,208 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
       }
       m = m_new;
     }
-    if (splits == 1) {
-      float* op = out + (size_t(r) * heads + h) * D;
+    float* sc = partial_at(scratch, r, h, heads, splits, sp, D);
 #pragma unroll
-      for (int i = 0; i < PER; ++i)
-        if (lane + 32 * i < D) op[lane + 32 * i] = acc[i] / l;
-    } else {
-      float* sc = scratch + ((size_t(r) * heads + h) * splits + sp) * (D + 2);
-#pragma unroll
-      for (int i = 0; i < PER; ++i)
-        if (lane + 32 * i < D) sc[lane + 32 * i] = acc[i];
-      if (lane == 0) sc[D] = m, sc[D + 1] = l;
-    }
+    for (int i = 0; i < PER; ++i)
+      if (lane + 32 * i < D) sc[lane + 32 * i] = acc[i];
+    if (lane == 0) sc[D] = m, sc[D + 1] = l;
   }
 }
 
-// Merges the splits of one (row, head): a warp.
-template <int D>
-__global__ void merge_splits_kernel(const float* scratch, float* out, int rows_heads, int splits) {
-  const int w = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-  if (w >= rows_heads) return;
-  const float* sc = scratch + size_t(w) * splits * (D + 2);
-  float M = -FLT_MAX;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, sc[s * (D + 2) + D]);
-  constexpr int PER = (D + 31) / 32;
-  float den = 0, o[PER] = {};
-  for (int s = 0; s < splits; ++s) {
-    const float* p = sc + s * (D + 2);
-    const float f = p[D + 1] > 0.0f ? __expf(p[D] - M) : 0.0f;
-    den += p[D + 1] * f;
+// Tensor-core decode attention, d = 64: a warp per (KV head, row, split). The query heads of the
+// KV head are the rows of m16n8k16 BF16 MMAs (up to 16); keys come in 64-key tiles (one page),
+// straight from global memory into the B fragments. Q and P enter as hi + lo BF16 pairs (two MMAs
+// each), so scores and weights keep ~16 bits and the result stays close to fp32 arithmetic.
+// Because a dot product may visit dimensions in any order as long as both operands agree, each
+// thread loads 16 contiguous bytes of a key (dims 32j + 8c .. + 7 feed k-steps 2j, 2j + 1) and of
+// a value row (dims 8g .. 8g + 7 are the output columns g of the 8 n-tiles), with Q and the
+// output permuted to match. Splits cover whole tiles; the sink enters split 0 only.
+constexpr int kDecKeys = 64;
+static_assert(kDecKeys == kPage, "a decode tile is one page");
+
+__global__ void __launch_bounds__(32) paged_decode_tc_kernel(KvLayerView L, const float* q, const bf16* sinks,
+                                                             const int32_t* slots, const int32_t* positions, int heads,
+                                                             int window, float scale, int splits, float* scratch) {
+  pdl_wait();  // K/V and q come from the kernel before: coherent (.cg) loads only
+  pdl_launch_dependents();
+  constexpr int D = 64;
+  const int g_kv = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
+  const int lane = threadIdx.x, g = lane >> 2, c = lane & 3;
+  const int group = heads / L.kv_heads, kvn = L.kv_heads * D;
+  const int slot = slots[r], pos = positions[r];
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int tile_lo = first / kDecKeys, tile_hi = pos / kDecKeys + 1;
+  const int per = (tile_hi - tile_lo + splits - 1) / splits;
+  const int ta = tile_lo + sp * per, tb = min(tile_hi, ta + per);
+  const bool ok_r[2] = {g < group, g + 8 < group};
+  const int head_r[2] = {g_kv * group + g, g_kv * group + g + 8};
+
+  // Q * scale as A fragments: k-step ks = 2j + h holds dims 32j + 8c + 4h + {0,1} (a0/a1) and
+  // + {2,3} (a2/a3); rows g (a0, a2) and g + 8 (a1, a3).
+  uint32_t qh[4][4], ql[4][4];
 #pragma unroll
-    for (int i = 0; i < PER; ++i)
-      if (lane + 32 * i < D) o[i] += p[lane + 32 * i] * f;
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float v[8] = {};
+      if (ok_r[i]) {
+        const float* qp = q + (size_t(r) * heads + head_r[i]) * D + 32 * j + 8 * c;
+        const float4 a = *reinterpret_cast<const float4*>(qp), b = *reinterpret_cast<const float4*>(qp + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        split_bf16(v[4 * h] * scale, v[4 * h + 1] * scale, qh[2 * j + h][i], ql[2 * j + h][i]);
+        split_bf16(v[4 * h + 2] * scale, v[4 * h + 3] * scale, qh[2 * j + h][2 + i], ql[2 * j + h][2 + i]);
+      }
+    }
+  float m[2], l[2] = {0.0f, 0.0f}, acc[8][4] = {};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) m[i] = (sp == 0 && ok_r[i]) ? __bfloat162float(sinks[head_r[i]]) : -FLT_MAX;
+
+  for (int t = ta; t < tb; ++t) {
+    const int j0 = t * kDecKeys;
+    const size_t page_row = L.page_table ? size_t(L.page_table[size_t(slot) * L.max_pages + t]) * kPage : 0;
+    auto row_of = [&](int key) -> size_t {
+      return L.page_table ? page_row + (key - j0) : size_t(slot) * L.ring + (key % L.ring);
+    };
+    auto valid = [&](int key) { return key >= first && key <= pos; };
+    uint4 kf[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int key = j0 + n * 8 + g;
+      const bf16* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        kf[n][j] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(kp + 32 * j)) : make_uint4(0, 0, 0, 0);
+    }
+    // Values, loaded with the keys: one memory round trip per tile.
+    uint4 vf[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
+        vf[kk][i] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(L.v + row_of(key) * kvn + size_t(g_kv) * D + 8 * g))
+                               : make_uint4(0, 0, 0, 0);
+      }
+    // S = (Q K^T) * scale: rows g (s[n][0..1]) and g + 8 (s[n][2..3]), keys j0 + 8n + 2c + {0,1}.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint4& w = kf[n][ks >> 1];
+        const uint32_t b0 = (ks & 1) ? w.z : w.x, b1 = (ks & 1) ? w.w : w.y;
+        mma_bf16(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+        mma_bf16(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+      }
+    }
+    float tmax[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (!valid(j0 + n * 8 + 2 * c + (e & 1))) s[n][e] = -INFINITY;
+        tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
+      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
+      const float m_new = fmaxf(m[i], tmax[i]);
+      corr[i] = __expf(m[i] - m_new);
+      m[i] = m_new;
+      l[i] *= corr[i];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = __expf(s[n][e] - m[e >> 1]);  // masked: exp(-inf) = 0
+        l[e >> 1] += s[n][e];
+        acc[n][e] *= corr[e >> 1];
+      }
+    // O += P V: P's A fragments straight from S (keys 16kk + 2c (+1) and + 8), hi + lo.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t ph[4], pl[4];
+      split_bf16(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&vf[kk][0]);
+      const uint32_t* v1 = reinterpret_cast<const uint32_t*>(&vf[kk][1]);
+      const uint32_t* v2 = reinterpret_cast<const uint32_t*>(&vf[kk][2]);
+      const uint32_t* v3 = reinterpret_cast<const uint32_t*>(&vf[kk][3]);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {  // output column g of n-tile nt = dim 8g + nt
+        const uint32_t sel = (nt & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = __byte_perm(v0[nt >> 1], v1[nt >> 1], sel), b1 = __byte_perm(v2[nt >> 1], v3[nt >> 1], sel);
+        mma_bf16(acc[nt], ph[0], ph[1], ph[2], ph[3], b0, b1);
+        mma_bf16(acc[nt], pl[0], pl[1], pl[2], pl[3], b0, b1);
+      }
+    }
   }
 #pragma unroll
-  for (int i = 0; i < PER; ++i)
-    if (lane + 32 * i < D) out[size_t(w) * D + lane + 32 * i] = o[i] / den;
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (sp == 0 && ok_r[i]) l[i] += __expf(__bfloat162float(sinks[head_r[i]]) - m[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!ok_r[i]) continue;
+    float* sc = partial_at(scratch, r, head_r[i], heads, splits, sp, D);
+    // acc[nt][2i] is output column 2c of n-tile nt = dim 16c + nt; acc[nt][2i + 1]: dim 16c + 8 + nt.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) sc[16 * c + nt] = acc[nt][2 * i], sc[16 * c + 8 + nt] = acc[nt][2 * i + 1];
+    if (c == 0) sc[D] = m[i], sc[D + 1] = l[i];
+  }
+}
+
+// Merges the splits of each (row, head) and writes the fp32 output and/or its 1x128 FP8
+// quantization: a warp per (row, 128 output columns), 4 columns (of one head) per lane.
+__global__ void merge_splits_kernel(const float* scratch, float* out, int rows, int heads, int D, int splits,
+                                    uint8_t* q, float* qs, int q_ld) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int K = heads * D, KB = (K + 127) / 128;
+  const int w = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (w >= rows * KB) return;
+  const int r = w / KB, kb = w % KB, col0 = kb * 128 + lane * 4;
+  float v[4] = {};
+  if (col0 < K) {
+    const int h = col0 / D, d0 = col0 % D;
+    const float* sc = scratch + (size_t(r) * heads + h) * splits * (D + 2);
+    float M = -FLT_MAX;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, sc[s * (D + 2) + D]);
+    float den = 0, o[4] = {};
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) {
+      const float* p = sc + s * (D + 2);
+      const float f = p[D + 1] > 0.0f ? __expf(p[D] - M) : 0.0f;
+      den += p[D + 1] * f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[i] += p[d0 + i] * f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = o[i] / den;
+    if (out) *reinterpret_cast<float4*>(out + size_t(r) * K + col0) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  if (!q) return;
+  float amax = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float scl = fp8_block_scale(warp_max(amax));
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (col0 + i < K) q[size_t(r) * K + col0 + i] = e4m3_code(v[i] / scl);
+  if (lane == 0) qs[size_t(kb) * q_ld + r] = scl;
 }
 
 }  // namespace
@@ -130,34 +357,49 @@ __global__ void merge_splits_kernel(const float* scratch, float* out, int rows_h
 void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int rows,
               cudaStream_t s) {
   if (rows == 0) return;
-  kv_write_kernel<<<rows, 256, 0, s>>>(L, k, v, slot, pos);
-  OSPREY_CUDA_CHECK(cudaGetLastError());
+  launch_pdl("rope", kv_write_kernel, rows, 256, 0, s, L, k, v, slot, pos);
+}
+
+void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
+                       const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s) {
+  if (rows == 0) return;
+  launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 256, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q);
+}
+
+int decode_attention_splits(int rows, int kv_heads, int max_splits) {
+  const int want = (1024 + rows * kv_heads - 1) / (rows * kv_heads);  // ~1024 warps in flight
+  return std::max(1, std::min(want, max_splits));
 }
 
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
-                     cudaStream_t s) {
+                     cudaStream_t s, const Quantized1x128 quant) {
   if (rows == 0) return;
   if (heads % L.kv_heads) fail_plain("paged_attention: heads must be a multiple of kv_heads");
-  const int group = heads / L.kv_heads, warps = group < 8 ? group : 8;
-  dim3 grid(unsigned(L.kv_heads), unsigned(rows), unsigned(splits));
-  switch (L.d) {
-#define OSPREY_PAGED_CASE(D)                                                                                     \
-  case D:                                                                                                        \
-    paged_attention_kernel<D><<<grid, warps * 32, 0, s>>>(L, q, sinks, slot, pos, out, heads, window, scale, splits, \
-                                                          scratch);                                              \
-    if (splits > 1)                                                                                              \
-      merge_splits_kernel<D><<<unsigned((size_t(rows) * heads * 32 + 255) / 256), 256, 0, s>>>(scratch, out,     \
-                                                                                              rows * heads, splits); \
+  if (L.d % 4) fail_plain("paged_attention: head_dim must be a multiple of 4");
+  const int group = heads / L.kv_heads;
+  const dim3 grid(unsigned(L.kv_heads), unsigned(rows), unsigned(splits));
+  if (L.d == 64 && group <= 16) {
+    launch_pdl("attn", paged_decode_tc_kernel, grid, 32, 0, s, L, q, sinks, slot, pos, heads, window, scale, splits, scratch);
+  } else {
+    const int warps = group < 8 ? group : 8;
+    switch (L.d) {
+#define OSPREY_PAGED_CASE(D)                                                                                      \
+  case D:                                                                                                         \
+    launch_pdl("attn", paged_attention_kernel<D>, grid, warps * 32, 0, s, L, q, sinks, slot, pos, heads, window, scale, \
+               splits, scratch);                                                                                  \
     break;
-    OSPREY_PAGED_CASE(16)
-    OSPREY_PAGED_CASE(32)
-    OSPREY_PAGED_CASE(64)
-    OSPREY_PAGED_CASE(128)
+      OSPREY_PAGED_CASE(16)
+      OSPREY_PAGED_CASE(32)
+      OSPREY_PAGED_CASE(64)
+      OSPREY_PAGED_CASE(128)
 #undef OSPREY_PAGED_CASE
-    default: fail_plain("paged_attention: head_dim " + std::to_string(L.d) + " is not compiled (16, 32, 64, 128)");
+      default: fail_plain("paged_attention: head_dim " + std::to_string(L.d) + " is not compiled (16, 32, 64, 128)");
+    }
   }
-  OSPREY_CUDA_CHECK(cudaGetLastError());
+  const size_t warps = size_t(rows) * ((heads * L.d + 127) / 128);
+  launch_pdl("attn", merge_splits_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, s, scratch, out, rows, heads, L.d,
+             splits, quant.q, quant.s, quant.ld);
 }
 
 }  // namespace osprey::cuda
@@ -170,18 +412,6 @@ namespace {
 
 constexpr int kFaRows = 64, kFaKeys = 64, kFaD = 64, kFaPad = 72;  // smem rows padded: conflict-free fragments
 
-__device__ inline uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Block: 4 warps x 16 rows; row r -> token t0 + r / group, head g * group + r % group.
 __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const float* __restrict__ q,

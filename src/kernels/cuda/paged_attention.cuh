@@ -23,13 +23,32 @@ struct KvLayerView {
 void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int rows,
               cudaStream_t s);
 
+// A fused QKV GEMM output qkv [rows][(heads + 2 kv_heads) d]: q heads YaRN-rotated into q
+// [rows][heads][d]; k heads rotated and v written to the cache at (slot[r], pos[r]) as BF16
+// (rope + kv_write in one kernel; the same arithmetic).
+void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
+                       const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s);
+
+// Where a kernel writes its output rows quantized for the next FP8 GEMM: codes [rows][K] and
+// 1x128 scales [K/128][ld] (formats/fp8.h's activation layout). q == null: not wanted.
+struct Quantized1x128 {
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  int ld = 0;
+};
+
 // out [rows][heads][d] = softmax-with-sink attention of q [rows][heads][d] over the keys of each
 // row's slot: [max(0, pos - window + 1) or 0, pos]. The keys are split into `splits` ranges
-// handled by separate blocks and merged (partials: scratch of rows*heads*splits*(d+2) floats);
-// the sink enters only the first range's running max and sum, so it is counted exactly once.
+// handled by separate warps or blocks and merged (partials: scratch of rows*heads*splits*(d+2)
+// floats); the sink enters only the first range's state, so it is counted exactly once. d = 64
+// runs on the tensor cores (Q and P as hi + lo BF16 pairs), other d on the CUDA cores. out may be
+// null when `quant` takes the output (quantized as quantize_act_1x128 would).
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
-                     cudaStream_t s);
+                     cudaStream_t s, Quantized1x128 quant = {});
+// The split count for a decode step of `rows` rows: enough (KV head, row, split) warps to keep
+// the memory system busy (~1024), at most max_splits.
+int decode_attention_splits(int rows, int kv_heads, int max_splits);
 
 // Prefill of one sequence on the tensor cores (FlashAttention-2 style, mma.sync BF16, fp32
 // softmax state): queries of tokens 0..T-1 at positions p0.., all already written to the cache of
