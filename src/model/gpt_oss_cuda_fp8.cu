@@ -90,8 +90,8 @@ struct GptOssCudaFp8::Impl {
 
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
-  DeviceArray<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active;
-  DeviceArray<float> x, h, qkv, q, k, v, attn, rw, t1, y, logits, split_scratch;
+  DeviceArray<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active, d_route_count;
+  DeviceArray<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
   std::map<int, cudaGraphExec_t> graphs;
 
@@ -247,7 +247,9 @@ struct GptOssCudaFp8::Impl {
     x = DeviceArray<float>(size_t(R4) * H), h = DeviceArray<float>(size_t(R4) * H), q = DeviceArray<float>(size_t(R4) * Q);
     qkv = DeviceArray<float>(size_t(R4) * (Q + 2 * KV));
     k = DeviceArray<float>(size_t(R4) * KV), v = DeviceArray<float>(size_t(R4) * KV), attn = DeviceArray<float>(size_t(R4) * Q);
-    rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token);
+    rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token), rlogits = DeviceArray<float>(size_t(R) * E);
+    d_route_count = DeviceArray<int32_t>(R);
+    OSPREY_CUDA_CHECK(cudaMemset(d_route_count.ptr, 0, size_t(R) * 4));
     t1 = DeviceArray<float>(size_t(P) * 2 * I), y = DeviceArray<float>(size_t(P) * H);
     logits = DeviceArray<float>(size_t(bucket_max) * cfg.vocab);
     // Attention partials: a decode bucket with its splits, or a prefill chunk without flash (1 split).
@@ -421,7 +423,8 @@ struct GptOssCudaFp8::Impl {
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k, then the (token, choice) pairs sorted by expert.
       cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
-                      L.router.ptr, L.router_bias.ptr, E, Kx, d_idx.ptr, rw.ptr, stream);
+                      L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
+                      stream);
       cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr, stream);
       const cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
       if (pass.lt_moe) {

@@ -111,11 +111,11 @@ void SkinnyCaseImpl(int T, int K, int N) {
   EXPECT_LT(rel_err(y.get(), twice), 1e-5) << "T " << T << " K " << K << " N " << N;
 }
 
-// The launcher splits K over 8, 4, 2 or 1 warps per 16-row tile by how many tiles there are:
-// N = 200 (13 tiles: 8 splits, or fewer when K has fewer 128-blocks), 9000 (4 splits),
-// 33000 (no split, a partial last tile).
+// The launcher splits K over 8, 4, 2 or 1 warps per 16-row tile by how many tiles there are; on
+// the H200's 132 SMs: N = 200 (13 tiles: 8 splits, or fewer when K has fewer 128-blocks), 5000
+// (4 splits), 9000 (2 splits), 33000 (no split, a partial last tile).
 TEST_P(Fp8Tokens, SkinnyGemmMatchesCpuEmulation) {
-  for (auto [K, N] : {std::pair{2880, 200}, {160, 200}, {96, 200}, {2880, 9000}, {256, 33000}})
+  for (auto [K, N] : {std::pair{2880, 200}, {160, 200}, {96, 200}, {2880, 5000}, {2880, 9000}, {256, 33000}})
     SkinnyCaseImpl(GetParam(), K, N);
 }
 
@@ -461,31 +461,44 @@ TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
   EXPECT_EQ(b.v.get(), a.v.get());
 }
 
-// The fused MoE front: the same norm and quantization as rmsnorm_quantize, and from its rows the
-// router logits (linear_f32_small's products) and top-k softmax bit for bit.
-TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {
-  const int T = GetParam(), H = 2880, E = 32, k = 4, ld = fp8::round4(T), KB = fp8::blocks(H);
+// The fused MoE front (blocks of 8 experts, the last one for a token doing the top-k): its fp32
+// rows match rmsnorm_to_f32 within 1e-6 (another reduction order), its codes and scales are
+// quantize_act_1x128 of exactly those rows, and its router logits and top-k are linear_f32_small
+// and topk_softmax of them bit for bit; 32 experts (gpt-oss-20b) and 128 (120b), twice (the
+// counters reset themselves).
+void MoeRouteCase(int T, int E) {
+  const int H = 2880, k = 4, ld = fp8::round4(T), KB = fp8::blocks(H);
   auto x = randf(size_t(T) * H, 110, 4.0f);
   auto g = randbf(H, 111);
   auto router = randf(size_t(E) * H, 112, 0.05f);
   auto rb = randbf(E, 113);
-  Dev<float> dx(x), dr(router), h1(x.size()), h2(x.size()), logits(size_t(T) * E), w1(size_t(T) * k), w2(w1.n);
+  Dev<float> dx(x), dr(router), h1(x.size()), h2(x.size()), logits(size_t(T) * E), l2(logits.n), w1(size_t(T) * k),
+      w2(w1.n);
   Dev<float> s1(size_t(KB) * ld), s2(s1.n);
   Dev<bf16> dg(g), drb(rb);
   Dev<uint8_t> q1(x.size()), q2(x.size());
-  Dev<int32_t> i1(size_t(T) * k), i2(i1.n);
-  cuda::rmsnorm_quantize(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q1.p, s1.p, ld, h1.p, nullptr);
-  cuda::moe_route(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q2.p, s2.p, ld, h2.p, dr.p, as_dev_bf16(drb), E, k, i2.p, w2.p,
-                  nullptr);
+  Dev<int32_t> i1(size_t(T) * k), i2(i1.n), counters(std::vector<int32_t>(T, 0));
+  cuda::rmsnorm_to_f32(dx.p, as_dev_bf16(dg), h1.p, T, H, 1e-5f, nullptr);
+  for (int rep = 0; rep < 2; ++rep)
+    cuda::moe_route(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q2.p, s2.p, ld, h2.p, dr.p, as_dev_bf16(drb), E, k, l2.p,
+                    counters.p, i2.p, w2.p, nullptr);
+  EXPECT_LT(rel_err(h2.get(), h1.get()), 1e-6);
+  cuda::quantize_act_1x128(h2.p, nullptr, T, H, q1.p, s1.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
   cuda::linear_f32_small(dr.p, h2.p, as_dev_bf16(drb), logits.p, T, E, H, nullptr);
   cuda::topk_softmax(logits.p, i1.p, w1.p, T, E, k, nullptr);
-  EXPECT_EQ(h1.get(), h2.get());
   EXPECT_EQ(q1.get(), q2.get());
   auto a = s1.get(), b = s2.get();
   for (int kb = 0; kb < KB; ++kb)
     for (int t = 0; t < T; ++t) ASSERT_EQ(a[size_t(kb) * ld + t], b[size_t(kb) * ld + t]);
+  EXPECT_EQ(logits.get(), l2.get());
   EXPECT_EQ(i1.get(), i2.get());
   EXPECT_EQ(w1.get(), w2.get());
+  EXPECT_EQ(counters.get(), std::vector<int32_t>(T, 0));
+}
+
+TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {
+  MoeRouteCase(GetParam(), 32);
+  MoeRouteCase(GetParam(), 128);
 }
 
 TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {

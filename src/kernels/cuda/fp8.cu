@@ -111,34 +111,35 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
-// Per-token row kernels: a block of kRowThreads per token, thread i holding values i, i + 1024,
-// .. of the row in registers (rows of up to kRowThreads * kRowPer values), so a row is read in
-// one wave of loads and reduced once.
-constexpr int kRowThreads = 1024, kRowPer = 4;
+// Per-token row kernels: thread i of a block holds values i, i + THREADS, .. of a row in
+// registers (rows of up to kRowMax values), so a row is read in one wave of loads and reduced once.
+constexpr int kRowThreads = 1024, kRowMax = 4096, kRouteThreads = 256, kExpertsPerRouteBlock = kRouteThreads / 32;
 
-// RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * kRowThreads,
-// 0 past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
-// codes q [H] and scales s[kb * ld + t]; h_out (optional) receives the fp32 normalized row.
-// Ends synchronized, row[] readable by the whole block.
-__device__ void rmsnorm_quantize_row(const float (&v)[kRowPer], const bf16* gain, int H, float eps, float* row,
-                                     uint8_t* q, float* s, int ld, int t, float* h_out) {
+// RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
+// past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
+// codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
+// fp32 normalized row. Ends synchronized, row[] readable by the whole block.
+template <int THREADS>
+__device__ void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS], const bf16* gain, int H, float eps,
+                                     float* row, uint8_t* q, float* s, int ld, int t, float* h_out) {
+  constexpr int PER = kRowMax / THREADS;
   __shared__ float part[32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float ss = 0;
 #pragma unroll
-  for (int j = 0; j < kRowPer; ++j) ss += v[j] * v[j];
+  for (int j = 0; j < PER; ++j) ss += v[j] * v[j];
   ss = warp_sum(ss);
   if (lane == 0) part[warp] = ss;
   __syncthreads();
   if (warp == 0) {
-    const float p = warp_sum(lane < int(blockDim.x >> 5) ? part[lane] : 0.0f);
+    const float p = warp_sum(lane < THREADS / 32 ? part[lane] : 0.0f);
     if (lane == 0) part[0] = p;
   }
   __syncthreads();
   const float r = rsqrtf(part[0] / H + eps);
 #pragma unroll
-  for (int j = 0; j < kRowPer; ++j) {
-    const int i = threadIdx.x + j * kRowThreads;
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
     if (i < H) {
       const float n = __bfloat162float(gain[i]) * (v[j] * r);
       row[i] = n;
@@ -147,7 +148,7 @@ __device__ void rmsnorm_quantize_row(const float (&v)[kRowPer], const bf16* gain
   }
   __syncthreads();
   const int KB = (H + kB - 1) / kB;
-  for (int kb = warp; kb < KB; kb += blockDim.x >> 5) {
+  for (int kb = warp; q && kb < KB; kb += THREADS / 32) {
     float w[4], amax = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -166,10 +167,11 @@ __device__ void rmsnorm_quantize_row(const float (&v)[kRowPer], const bf16* gain
   __syncthreads();
 }
 
-__device__ inline void load_row(const float* xt, int H, float (&v)[kRowPer]) {
+template <int THREADS>
+__device__ inline void load_row(const float* xt, int H, float (&v)[kRowMax / THREADS]) {
 #pragma unroll
-  for (int j = 0; j < kRowPer; ++j) {
-    const int i = threadIdx.x + j * kRowThreads;
+  for (int j = 0; j < kRowMax / THREADS; ++j) {
+    const int i = threadIdx.x + j * THREADS;
     v[j] = i < H ? xt[i] : 0.0f;
   }
 }
@@ -180,31 +182,49 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_quant_kernel(const float*
   pdl_wait();
   pdl_launch_dependents();
   const int t = blockIdx.x;
-  float v[kRowPer];
-  load_row(x + size_t(t) * H, H, v);
-  rmsnorm_quantize_row(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, h_out ? h_out + size_t(t) * H : nullptr);
+  float v[kRowMax / kRowThreads];
+  load_row<kRowThreads>(x + size_t(t) * H, H, v);
+  rmsnorm_quantize_row<kRowThreads>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t,
+                                    h_out ? h_out + size_t(t) * H : nullptr);
 }
 
-// Token blockIdx.x: the MLP norm (quantized for the experts' first GEMM), the fp32 router
-// (linear_f32_small's products) and the top-k softmax.
-__global__ void __launch_bounds__(kRowThreads) moe_route_kernel(const float* x, const bf16* gain, int H, float eps,
-                                                                uint8_t* q, float* s, int ld, float* h_out,
-                                                                const float* router, const bf16* router_bias, int E,
-                                                                int k, int32_t* idx, float* w) {
-  extern __shared__ float row[];  // [H] normalized row, then [E] logits
+// Block (t, rb): the MLP norm of token t (every block computes it, the same way; block 0 stores
+// it quantized for the experts' first GEMM), then the fp32 router logits of experts
+// [8 rb, 8 rb + 8) (a warp each: linear_f32_small's products) into logits [T][E]. The block
+// that finishes last for the token (counter[t], reset for the next use) does the top-k softmax.
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x, const bf16* gain, int H, float eps,
+                                                                  uint8_t* q, float* s, int ld, float* h_out,
+                                                                  const float* router, const bf16* router_bias, int E,
+                                                                  int k, float* logits, int32_t* counter, int32_t* idx,
+                                                                  float* w) {
+  extern __shared__ float row[];  // [H] normalized row, then [E] logits for the top-k
+  __shared__ bool last;
   pdl_wait();
   pdl_launch_dependents();
-  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float v[kRowPer];
-  load_row(x + size_t(t) * H, H, v);
-  rmsnorm_quantize_row(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, h_out ? h_out + size_t(t) * H : nullptr);
-  float* logits = row + ((H + 3) & ~3);
-  for (int e = warp; e < E; e += blockDim.x >> 5) {
+  const int t = blockIdx.x, rb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float v[kRowMax / kRouteThreads];
+  load_row<kRouteThreads>(x + size_t(t) * H, H, v);
+  const bool first = rb == 0;
+  rmsnorm_quantize_row<kRouteThreads>(v, gain, H, eps, row, first ? q + size_t(t) * H : nullptr, s, ld, t,
+                                      first && h_out ? h_out + size_t(t) * H : nullptr);
+  const int e = rb * kExpertsPerRouteBlock + warp;
+  if (e < E) {
     const float l = warp_dot_f32(router + size_t(e) * H, row, H);
-    if (lane == 0) logits[e] = l + __bfloat162float(router_bias[e]);
+    if (lane == 0) logits[size_t(t) * E + e] = l + __bfloat162float(router_bias[e]);
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&counter[t], 1) == int(gridDim.y) - 1;
+    if (last) counter[t] = 0;
   }
   __syncthreads();
-  if (warp == 0) warp_topk_softmax(logits, E, k, idx + size_t(t) * k, w + size_t(t) * k);
+  if (!last) return;
+  __threadfence();
+  float* lg = row + ((H + 3) & ~3);
+  for (int i = threadIdx.x; i < E; i += blockDim.x) lg[i] = __ldcg(logits + size_t(t) * E + i);
+  __syncthreads();
+  if (warp == 0) warp_topk_softmax(lg, E, k, idx + size_t(t) * k, w + size_t(t) * k);
 }
 
 // Token blockIdx.x: x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (the MoE combine),
@@ -219,9 +239,9 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
   pdl_wait();
   pdl_launch_dependents();
   const int t = blockIdx.x;
-  float v[kRowPer];
+  float v[kRowMax / kRowThreads];
 #pragma unroll
-  for (int j = 0; j < kRowPer; ++j) {
+  for (int j = 0; j < kRowMax / kRowThreads; ++j) {
     const int i = threadIdx.x + j * kRowThreads;
     v[j] = 0.0f;
     if (i >= H) continue;
@@ -234,7 +254,7 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
     v[j] = x[size_t(t) * H + i] + acc;
     x[size_t(t) * H + i] = v[j];
   }
-  rmsnorm_quantize_row(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
+  rmsnorm_quantize_row<kRowThreads>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
 }
 
 __device__ inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -521,8 +541,8 @@ void quantize_mxfp4_block128(const uint8_t* blocks, const uint8_t* e8m0, int row
 }
 
 void check_row(int H, const char* what) {
-  if (H > kRowThreads * kRowPer)
-    fail_plain(std::string(what) + ": rows of more than " + std::to_string(kRowThreads * kRowPer) +
+  if (H > kRowMax)
+    fail_plain(std::string(what) + ": rows of more than " + std::to_string(kRowMax) +
                " values are not supported (got " + std::to_string(H) + ")");
 }
 
@@ -534,13 +554,15 @@ void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps,
 }
 
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
-               const float* router, const bf16* router_bias, int E, int k, int32_t* idx, float* w, cudaStream_t st) {
+               const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
+               int32_t* idx, float* w, cudaStream_t st) {
   if (T == 0) return;
-  if (k > 16) fail_plain("moe_route: at most 16 experts per token");
+  if (k > 16 || k > E) fail_plain("moe_route: at most 16 experts per token, and no more than there are");
   check_row(H, "moe_route");
   const size_t smem = (size_t((H + 3) & ~3) + E) * sizeof(float);
-  launch_pdl("route", moe_route_kernel, T, kRowThreads, smem, st, x, gain, H, eps, q, s, ld, h_out, router, router_bias, E, k,
-             idx, w);
+  const dim3 grid(unsigned(T), unsigned((E + kExpertsPerRouteBlock - 1) / kExpertsPerRouteBlock));
+  launch_pdl("route", moe_route_kernel, grid, kRouteThreads, smem, st, x, gain, H, eps, q, s, ld, h_out, router,
+             router_bias, E, k, logits, counters, idx, w);
 }
 
 void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
@@ -564,12 +586,20 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
                      int rows_hint, cudaStream_t st) {
   if (K % 16) fail_plain("fp8_gemm_skinny: K must be a multiple of 16 (got " + std::to_string(K) + ")");
   if (!sg.seg && sg.rows == 0) return;
-  // K-splits per 16-row tile: enough warps in flight (~2048) to stream the weights, no more
-  // (split partial sums cost a reduction), never more splits than 128-blocks.
+  // K-splits per 16-row tile: the fewest that give every SM a block (a block's warps keep 3-5
+  // weight blocks of 2 KB each in flight, enough to stream at full rate; more splits only add
+  // waves and reductions), never more splits than 128-blocks.
   const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.n, row_tiles = (N + 15) / 16;
   const int KB = (K + kB - 1) / kB;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    OSPREY_CUDA_CHECK(cudaGetDevice(&dev));
+    OSPREY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
   int ks = 1;
-  while (ks < kSkinnyWarps && size_t(row_tiles) * segments * ks < 2048 && ks * 2 <= KB) ks *= 2;
+  auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
+  while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
   const int tiles_per_block = kSkinnyWarps / ks;
   dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   constexpr int kMaxStage = 200 * 1024;

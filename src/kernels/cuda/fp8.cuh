@@ -40,11 +40,13 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
 void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
                       float* h_out, cudaStream_t st);
 
-// The MoE's routing front: RMSNorm of x [T][H] with `gain`, quantized as rmsnorm_quantize does
-// (and in fp32 into h_out when given), the fp32 router logits (router [E][H] + bias, the products
-// of linear_f32_small) and the top-k softmax (topk_softmax): idx, w [T][k]. One kernel.
+// The MoE's routing front: RMSNorm of x [T][H] with `gain`, quantized in 1x128 blocks (and in
+// fp32 into h_out when given), the fp32 router logits (router [E][H] + bias, the products of
+// linear_f32_small, into logits [T][E]) and the top-k softmax (topk_softmax): idx, w [T][k]. One
+// kernel of T x E/8 blocks; counters [T] must be zero before the first call (they are left zero).
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
-               const float* router, const bf16* router_bias, int E, int k, int32_t* idx, float* w, cudaStream_t st);
+               const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
+               int32_t* idx, float* w, cudaStream_t st);
 
 // Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
 // segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].

@@ -156,8 +156,10 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
   }
 }
 
-// Tensor-core decode attention, d = 64: a warp per (KV head, row, split). The query heads of the
-// KV head are the rows of m16n8k16 BF16 MMAs (up to 16); keys come in 64-key tiles (one page),
+// Tensor-core decode attention, d = 64: a block of W warps per (KV head, row, split), warp w
+// taking every W-th tile of the split, the W states merged in shared memory at the end (one
+// partial per block). The query heads of the KV head are the rows of m16n8k16 BF16 MMAs (up to
+// 16); keys come in 64-key tiles (one page),
 // straight from global memory into the B fragments. Q and P enter as hi + lo BF16 pairs (two MMAs
 // each), so scores and weights keep ~16 bits and the result stays close to fp32 arithmetic.
 // Because a dot product may visit dimensions in any order as long as both operands agree, each
@@ -167,14 +169,15 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
 constexpr int kDecKeys = 64;
 static_assert(kDecKeys == kPage, "a decode tile is one page");
 
-__global__ void __launch_bounds__(32) paged_decode_tc_kernel(KvLayerView L, const float* q, const bf16* sinks,
-                                                             const int32_t* slots, const int32_t* positions, int heads,
-                                                             int window, float scale, int splits, float* scratch) {
+__global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, const float* q, const bf16* sinks,
+                                                              const int32_t* slots, const int32_t* positions, int heads,
+                                                              int window, float scale, int splits, float* scratch) {
+  extern __shared__ float states[];  // W > 1: [W][32 lanes][36] = m[2], l[2], acc[8][4]
   pdl_wait();  // K/V and q come from the kernel before: coherent (.cg) loads only
   pdl_launch_dependents();
-  constexpr int D = 64;
+  constexpr int D = 64, kState = 36;
   const int g_kv = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
-  const int lane = threadIdx.x, g = lane >> 2, c = lane & 3;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, c = lane & 3;
   const int group = heads / L.kv_heads, kvn = L.kv_heads * D;
   const int slot = slots[r], pos = positions[r];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
@@ -205,9 +208,10 @@ __global__ void __launch_bounds__(32) paged_decode_tc_kernel(KvLayerView L, cons
     }
   float m[2], l[2] = {0.0f, 0.0f}, acc[8][4] = {};
 #pragma unroll
-  for (int i = 0; i < 2; ++i) m[i] = (sp == 0 && ok_r[i]) ? __bfloat162float(sinks[head_r[i]]) : -FLT_MAX;
+  const bool sink_here = sp == 0 && warp == 0;  // the sink enters one state of all
+  for (int i = 0; i < 2; ++i) m[i] = (sink_here && ok_r[i]) ? __bfloat162float(sinks[head_r[i]]) : -FLT_MAX;
 
-  for (int t = ta; t < tb; ++t) {
+  for (int t = ta + warp; t < tb; t += W) {
     const int j0 = t * kDecKeys;
     const size_t page_row = L.page_table ? size_t(L.page_table[size_t(slot) * L.max_pages + t]) * kPage : 0;
     auto row_of = [&](int key) -> size_t {
@@ -298,7 +302,35 @@ __global__ void __launch_bounds__(32) paged_decode_tc_kernel(KvLayerView L, cons
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    if (sp == 0 && ok_r[i]) l[i] += __expf(__bfloat162float(sinks[head_r[i]]) - m[i]);
+    if (sink_here && ok_r[i]) l[i] += __expf(__bfloat162float(sinks[head_r[i]]) - m[i]);
+  }
+  if (W > 1) {  // merge the warps' states into warp 0's
+    float* st = states + (size_t(warp) * 32 + lane) * kState;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) st[i] = m[i], st[2 + i] = l[i];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[4 + nt * 4 + e] = acc[nt][e];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float M = m[i];
+      for (int w = 1; w < W; ++w) M = fmaxf(M, states[(size_t(w) * 32 + lane) * kState + i]);
+      const float f0 = __expf(m[i] - M);
+      l[i] *= f0;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) acc[nt][2 * i] *= f0, acc[nt][2 * i + 1] *= f0;
+      for (int w = 1; w < W; ++w) {
+        const float* o = states + (size_t(w) * 32 + lane) * kState;
+        const float f = __expf(o[i] - M);
+        l[i] += o[2 + i] * f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) acc[nt][2 * i] += o[4 + nt * 4 + 2 * i] * f, acc[nt][2 * i + 1] += o[4 + nt * 4 + 2 * i + 1] * f;
+      }
+      m[i] = M;
+    }
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -366,9 +398,11 @@ void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* sl
   launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 256, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q);
 }
 
+// ~1024 warps in flight over all (row, KV head) pairs: up to 8 warps per block, then splits.
+constexpr int kDecodeWarps = 1024, kMaxWarpsPerSplit = 8;
 int decode_attention_splits(int rows, int kv_heads, int max_splits) {
-  const int want = (1024 + rows * kv_heads - 1) / (rows * kv_heads);  // ~1024 warps in flight
-  return std::max(1, std::min(want, max_splits));
+  const int want = (kDecodeWarps + rows * kv_heads - 1) / (rows * kv_heads);
+  return std::max(1, std::min(want / kMaxWarpsPerSplit, max_splits));
 }
 
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
@@ -380,7 +414,10 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
   const int group = heads / L.kv_heads;
   const dim3 grid(unsigned(L.kv_heads), unsigned(rows), unsigned(splits));
   if (L.d == 64 && group <= 16) {
-    launch_pdl("attn", paged_decode_tc_kernel, grid, 32, 0, s, L, q, sinks, slot, pos, heads, window, scale, splits, scratch);
+    int W = 1;
+    while (W < kMaxWarpsPerSplit && size_t(rows) * L.kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
+    launch_pdl("attn", paged_decode_tc_kernel, grid, 32 * W, W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s, L, q,
+               sinks, slot, pos, heads, window, scale, splits, scratch);
   } else {
     const int warps = group < 8 ? group : 8;
     switch (L.d) {

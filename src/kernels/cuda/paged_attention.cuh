@@ -46,8 +46,8 @@ struct Quantized1x128 {
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
                      cudaStream_t s, Quantized1x128 quant = {});
-// The split count for a decode step of `rows` rows: enough (KV head, row, split) warps to keep
-// the memory system busy (~1024), at most max_splits.
+// The split count for a decode step of `rows` rows: with up to 8 warps per split, enough warps
+// over all (row, KV head) pairs to keep the memory system busy (~1024); at most max_splits.
 int decode_attention_splits(int rows, int kv_heads, int max_splits);
 
 // Prefill of one sequence on the tensor cores (FlashAttention-2 style, mma.sync BF16, fp32
