@@ -248,8 +248,8 @@ struct GptOssCudaFp8::Impl {
     qkv = DeviceArray<float>(size_t(R4) * (Q + 2 * KV));
     k = DeviceArray<float>(size_t(R4) * KV), v = DeviceArray<float>(size_t(R4) * KV), attn = DeviceArray<float>(size_t(R4) * Q);
     rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token), rlogits = DeviceArray<float>(size_t(R) * E);
-    d_route_count = DeviceArray<int32_t>(R);
-    OSPREY_CUDA_CHECK(cudaMemset(d_route_count.ptr, 0, size_t(R) * 4));
+    d_route_count = DeviceArray<int32_t>(R + 1);
+    OSPREY_CUDA_CHECK(cudaMemset(d_route_count.ptr, 0, size_t(R + 1) * 4));
     t1 = DeviceArray<float>(size_t(P) * 2 * I), y = DeviceArray<float>(size_t(P) * H);
     logits = DeviceArray<float>(size_t(bucket_max) * cfg.vocab);
     // Attention partials: a decode bucket with its splits, or a prefill chunk without flash (1 split).
@@ -421,11 +421,10 @@ struct GptOssCudaFp8::Impl {
                               {act_attn.q.ptr, act_attn.s.ptr, ld});
       }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
-      // MoE: norm + router + top-k, then the (token, choice) pairs sorted by expert.
+      // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
       cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
-                      stream);
-      cuda::moe_sort(d_idx.ptr, T, Kx, E, d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr, stream);
+                      {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream);
       const cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
       if (pass.lt_moe) {
         cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);

@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 df -h / /dev/shm | tail -2; free -g | head -2
 if [ -z "${SKIP_KERNEL_TESTS:-}" ]; then
 echo "== kernel tests"
-$T 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure|tests ran|Expected|Which is|rel_err" | head -40
+$T ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure|tests ran|Expected|Which is|rel_err" | head -40
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   echo "== compute-sanitizer memcheck / racecheck (FP8 kernel tests, small shapes)"
   F='CudaFp8.*:Awkward/Fp8Tokens.*:Shapes/LtRows.CublasLtBlockScaledMatchesCpuEmulation/0:Shapes/LtRows.CublasLtBlockScaledMatchesCpuEmulation/1'
@@ -68,6 +68,38 @@ done
 echo "== compute-sanitizer memcheck: fp8 generate (graphs) on parity-b"
 compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
 fi
+if [ -n "${SERVE_CHECK:-}" ]; then
+  echo "== serve --backend cuda (tiny): three concurrent greedy chat requests"
+  [ -d $M/tiny ] || $B synth --preset tiny --seed 7 --out $M/tiny --quiet
+  $B serve --backend cuda --model $M/tiny --port 8123 --max-batch 4 --max-seq-len 512 > /tmp/serve.log 2>&1 &
+  SP=$!
+  python3 - <<'PY' 2>&1 | tee $OUT/serve_cuda.log
+import json, threading, time, urllib.request
+base = "http://127.0.0.1:8123"
+for _ in range(300):
+    try:
+        urllib.request.urlopen(base + "/v1/models", timeout=1).read(); break
+    except Exception:
+        time.sleep(0.2)
+out = {}
+def chat(i):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": f"hello {i}"}], "max_tokens": 16, "temperature": 0}
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    out[i] = json.loads(urllib.request.urlopen(req, timeout=120).read())
+ts = [threading.Thread(target=chat, args=(i,)) for i in range(3)]
+[t.start() for t in ts]; [t.join() for t in ts]
+for i in sorted(out):
+    print(f"request {i}: finish {out[i]['choices'][0]['finish_reason']}, usage {out[i]['usage']}")
+PY
+  kill $SP; wait $SP 2>/dev/null; grep -iE "error|fatal" /tmp/serve.log | head -3
+  echo "== a converted checkpoint (osprey convert) on the GPU: logits equal to converting at load"
+  [ -d $M/parity-b ] || $B synth --preset parity-b --seed 7 --out $M/parity-b --quiet
+  $B convert --model $M/parity-b --out $M/parity-b-fp8 2>&1 | tail -1
+  $B logits --backend cuda --model $M/parity-b --tokens 1,2,3,4,5,6,7,8 --out /tmp/a.npy 2>/dev/null
+  $B logits --backend cuda --model $M/parity-b-fp8 --tokens 1,2,3,4,5,6,7,8 --out /tmp/b.npy 2>/dev/null
+  python3 -c "import numpy as np; a=np.load('/tmp/a.npy'); b=np.load('/tmp/b.npy'); print('converted checkpoint logits identical:', bool((a==b).all()), a.shape)" | tee $OUT/convert_cuda.log
+fi
 [ -n "${SKIP_20B_BENCH:-}" ] && exit 0
 [ -z "${SKIP_20B_CHECK:-}" ] || [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 echo "== bench --backend cuda, 20b"
@@ -107,9 +139,9 @@ for k in L:
 tot = sum(a[0] for a in agg.values())
 print(f"{len(L)} kernels, {tot:.0f} us of kernel time in one step (ncu, kernels serialized)")
 for n, (t, c, mb) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
-    print(f"{t:9.1f} us {c:5d}x {mb:9.1f} MB read {mb / t * 1e-3 if t else 0:6.2f} TB/s  {n[:80]}")
+    print(f"{t:9.1f} us {c:5d}x {mb:9.1f} MB read {mb / t if t else 0:6.2f} TB/s  {n[:80]}")
 print("first layer and the unembedding, launch by launch:")
 for k in L[:13] + L[-3:]:
-    print(f"{k['us']:8.1f} us {k['mb']:8.1f} MB {k['mb'] / k['us'] * 1e-3 if k['us'] else 0:6.2f} TB/s  {k['name'][:80]}")
+    print(f"{k['us']:8.1f} us {k['mb']:8.1f} MB {k['mb'] / k['us'] if k['us'] else 0:6.2f} TB/s  {k['name'][:80]}")
 PY
 done

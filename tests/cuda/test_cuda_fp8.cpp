@@ -111,11 +111,12 @@ void SkinnyCaseImpl(int T, int K, int N) {
   EXPECT_LT(rel_err(y.get(), twice), 1e-5) << "T " << T << " K " << K << " N " << N;
 }
 
-// The launcher splits K over 8, 4, 2 or 1 warps per 16-row tile by how many tiles there are; on
-// the H200's 132 SMs: N = 200 (13 tiles: 8 splits, or fewer when K has fewer 128-blocks), 5000
-// (4 splits), 9000 (2 splits), 33000 (no split, a partial last tile).
+// The launcher splits K over 8, 4, 2 or 1 warps per 16-row tile, the fewest that give each of
+// the H200's 132 SMs a block: N = 200 (13 tiles: 8 splits, or fewer when K has fewer
+// 128-blocks), 3000 (188 tiles: 8), 5000 (313 tiles: 4), 9000 (563 tiles: 2), 33000 (no split, a
+// partial last tile).
 TEST_P(Fp8Tokens, SkinnyGemmMatchesCpuEmulation) {
-  for (auto [K, N] : {std::pair{2880, 200}, {160, 200}, {96, 200}, {2880, 5000}, {2880, 9000}, {256, 33000}})
+  for (auto [K, N] : {std::pair{2880, 200}, {160, 200}, {96, 200}, {1024, 3000}, {1024, 5000}, {1024, 9000}, {256, 33000}})
     SkinnyCaseImpl(GetParam(), K, N);
 }
 
@@ -477,11 +478,14 @@ void MoeRouteCase(int T, int E) {
   Dev<float> s1(size_t(KB) * ld), s2(s1.n);
   Dev<bf16> dg(g), drb(rb);
   Dev<uint8_t> q1(x.size()), q2(x.size());
-  Dev<int32_t> i1(size_t(T) * k), i2(i1.n), counters(std::vector<int32_t>(T, 0));
+  Dev<int32_t> i1(size_t(T) * k), i2(i1.n), counters(std::vector<int32_t>(T + 1, 0));
+  const int P = cuda::moe_rows_max(T, k, E);
+  Dev<int32_t> seg(E + 1), row_token(P), pair_row(size_t(T) * k), active(E);
+  Dev<int32_t> seg1(E + 1), row_token1(P), pair_row1(size_t(T) * k), active1(E);
   cuda::rmsnorm_to_f32(dx.p, as_dev_bf16(dg), h1.p, T, H, 1e-5f, nullptr);
   for (int rep = 0; rep < 2; ++rep)
     cuda::moe_route(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q2.p, s2.p, ld, h2.p, dr.p, as_dev_bf16(drb), E, k, l2.p,
-                    counters.p, i2.p, w2.p, nullptr);
+                    counters.p, i2.p, w2.p, {seg.p, row_token.p, pair_row.p, active.p}, nullptr);
   EXPECT_LT(rel_err(h2.get(), h1.get()), 1e-6);
   cuda::quantize_act_1x128(h2.p, nullptr, T, H, q1.p, s1.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
   cuda::linear_f32_small(dr.p, h2.p, as_dev_bf16(drb), logits.p, T, E, H, nullptr);
@@ -493,7 +497,22 @@ void MoeRouteCase(int T, int E) {
   EXPECT_EQ(logits.get(), l2.get());
   EXPECT_EQ(i1.get(), i2.get());
   EXPECT_EQ(w1.get(), w2.get());
-  EXPECT_EQ(counters.get(), std::vector<int32_t>(T, 0));
+  EXPECT_EQ(counters.get(), std::vector<int32_t>(T + 1, 0));
+  // The sort: the same segments and active experts as moe_sort; rows within an expert's run may
+  // come in another order (atomics), so each pair's row is checked for its token and expert.
+  cuda::moe_sort(i1.p, T, k, E, seg1.p, row_token1.p, pair_row1.p, active1.p, nullptr);
+  EXPECT_EQ(seg.get(), seg1.get());
+  auto act = active.get(), act1 = active1.get();
+  for (size_t i = 0; i < std::min<size_t>(E, size_t(T) * k); ++i) EXPECT_EQ(act[i], act1[i]);
+  auto hs = seg.get(), rt = row_token.get(), pr = pair_row.get(), ids = i1.get();
+  std::vector<int> used(P, 0);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int r = pr[size_t(t) * k + j], e = ids[size_t(t) * k + j];
+      ASSERT_TRUE(r >= hs[e] && r < hs[e + 1]);
+      ASSERT_EQ(rt[r], t);
+      ASSERT_EQ(used[r]++, 0);
+    }
 }
 
 TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {

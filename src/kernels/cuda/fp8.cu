@@ -4,6 +4,7 @@
 // k in any order as long as both operands agree, each thread loads 16 contiguous bytes of its
 // weight row and of its token row and feeds them to the mma's k slots in the same order:
 // 16-byte coalesced loads, no shared memory, no shuffles.
+#include <algorithm>
 #include <cfloat>
 #include <mutex>
 #include <cuda_fp8.h>
@@ -111,6 +112,36 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
+// Counting sort of (token, choice) pairs by expert by one block; each expert's run padded to a
+// multiple of 4. idx is read coherently (.cg): in moe_route it was written by other blocks of the
+// same kernel. sh: 3E + 1 ints of shared memory.
+__device__ void moe_sort_block(const int32_t* idx, int P, int k, int E, int32_t* seg, int32_t* row_token,
+                               int32_t* pair_row, int32_t* active, int* sh) {
+  int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[__ldcg(idx + p)], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    base[0] = 0;
+    int na = 0;
+    for (int e = 0; e < E; ++e) {
+      base[e + 1] = base[e] + round4(cnt[e]);
+      if (cnt[e]) active[na++] = e;
+    }
+    for (; na < min(E, P); ++na) active[na] = -1;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    const int e = __ldcg(idx + p), r = base[e] + atomicAdd(&cursor[e], 1);
+    row_token[r] = p / k;
+    pair_row[p] = r;
+  }
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
+}
+
 // Per-token row kernels: thread i of a block holds values i, i + THREADS, .. of a row in
 // registers (rows of up to kRowMax values), so a row is read in one wave of loads and reduced once.
 constexpr int kRowThreads = 1024, kRowMax = 4096, kRouteThreads = 256, kExpertsPerRouteBlock = kRouteThreads / 32;
@@ -196,20 +227,46 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
                                                                   uint8_t* q, float* s, int ld, float* h_out,
                                                                   const float* router, const bf16* router_bias, int E,
                                                                   int k, float* logits, int32_t* counter, int32_t* idx,
-                                                                  float* w) {
+                                                                  float* w, MoeSorted sorted) {
   extern __shared__ float row[];  // [H] normalized row, then [E] logits for the top-k
   __shared__ bool last;
+  const int t = blockIdx.x, rb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = rb * kExpertsPerRouteBlock + warp;
+  // The warp's router row is a weight: into registers before pdl_wait, while the kernel before
+  // this one (the o-projection) is still finishing.
+  constexpr int kW4 = kRowMax / 4 / 32;
+  float4 wr[kW4];
+  const bool regs = H % 4 == 0 && e < E;
+  const float4* w4 = reinterpret_cast<const float4*>(router + size_t(regs ? e : 0) * H);
+#pragma unroll
+  for (int j = 0; j < kW4; ++j) {
+    const int i = lane + 32 * j;
+    wr[j] = regs && i < H / 4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   pdl_wait();
   pdl_launch_dependents();
-  const int t = blockIdx.x, rb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float v[kRowMax / kRouteThreads];
   load_row<kRouteThreads>(x + size_t(t) * H, H, v);
   const bool first = rb == 0;
   rmsnorm_quantize_row<kRouteThreads>(v, gain, H, eps, row, first ? q + size_t(t) * H : nullptr, s, ld, t,
                                       first && h_out ? h_out + size_t(t) * H : nullptr);
-  const int e = rb * kExpertsPerRouteBlock + warp;
   if (e < E) {
-    const float l = warp_dot_f32(router + size_t(e) * H, row, H);
+    float l;
+    if (regs) {  // warp_dot_f32's order of sums, from the registers
+      const float4* x4 = reinterpret_cast<const float4*>(row);
+      float acc = 0;
+#pragma unroll
+      for (int j = 0; j < kW4; ++j) {
+        const int i = lane + 32 * j;
+        if (i < H / 4) {
+          const float4 a = wr[j], b = x4[i];
+          acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        }
+      }
+      l = warp_sum(acc);
+    } else {
+      l = warp_dot_f32(router + size_t(e) * H, row, H);
+    }
     if (lane == 0) logits[size_t(t) * E + e] = l + __bfloat162float(router_bias[e]);
   }
   __threadfence();
@@ -225,6 +282,18 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
   for (int i = threadIdx.x; i < E; i += blockDim.x) lg[i] = __ldcg(logits + size_t(t) * E + i);
   __syncthreads();
   if (warp == 0) warp_topk_softmax(lg, E, k, idx + size_t(t) * k, w + size_t(t) * k);
+  // The last token to finish sorts every token's choices by expert (counter[T], reset likewise).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&counter[gridDim.x], 1) == int(gridDim.x) - 1;
+    if (last) counter[gridDim.x] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  moe_sort_block(idx, int(gridDim.x) * k, k, E, sorted.seg, sorted.row_token, sorted.pair_row, sorted.active,
+                 reinterpret_cast<int*>(row));
 }
 
 // Token blockIdx.x: x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (the MoE combine),
@@ -466,29 +535,7 @@ __global__ void moe_sort_kernel(const int32_t* idx, int P, int k, int E, int32_t
   extern __shared__ int sh[];
   pdl_wait();
   pdl_launch_dependents();
-  int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
-  __syncthreads();
-  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[idx[p]], 1);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    base[0] = 0;
-    int na = 0;
-    for (int e = 0; e < E; ++e) {
-      base[e + 1] = base[e] + round4(cnt[e]);
-      if (cnt[e]) active[na++] = e;
-    }
-    for (; na < min(E, P); ++na) active[na] = -1;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
-  for (int p = threadIdx.x; p < P; p += blockDim.x) {
-    const int e = idx[p], r = base[e] + atomicAdd(&cursor[e], 1);
-    row_token[r] = p / k;
-    pair_row[p] = r;
-  }
-  for (int e = threadIdx.x; e < E; e += blockDim.x)
-    for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
+  moe_sort_block(idx, P, k, E, seg, row_token, pair_row, active, sh);
 }
 
 // A warp per (row, 128-column block of I): clamped SwiGLU of the row's interleaved (gate, up)
@@ -555,14 +602,14 @@ void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps,
 
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
                const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
-               int32_t* idx, float* w, cudaStream_t st) {
+               int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st) {
   if (T == 0) return;
   if (k > 16 || k > E) fail_plain("moe_route: at most 16 experts per token, and no more than there are");
   check_row(H, "moe_route");
-  const size_t smem = (size_t((H + 3) & ~3) + E) * sizeof(float);
+  const size_t smem = std::max(size_t((H + 3) & ~3) + E, size_t(3 * E + 1)) * sizeof(float);
   const dim3 grid(unsigned(T), unsigned((E + kExpertsPerRouteBlock - 1) / kExpertsPerRouteBlock));
   launch_pdl("route", moe_route_kernel, grid, kRouteThreads, smem, st, x, gain, H, eps, q, s, ld, h_out, router,
-             router_bias, E, k, logits, counters, idx, w);
+             router_bias, E, k, logits, counters, idx, w, sorted);
 }
 
 void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
@@ -597,8 +644,11 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
     OSPREY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
-  int ks = 1;
+  // Measured on the H200 (docs/PERF.md): splitting further so the last wave is balanced (e.g. 8
+  // instead of 4 splits for the 20b qkv at batch 1) made every decode GEMM slower; fewer, longer
+  // weight streams per warp win.
   auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
+  int ks = 1;
   while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
   const int tiles_per_block = kSkinnyWarps / ks;
   dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));

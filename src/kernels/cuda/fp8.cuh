@@ -40,13 +40,22 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
 void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
                       float* h_out, cudaStream_t st);
 
+// The (token, choice) pairs sorted by expert, every expert's run padded to a multiple of 4 rows:
+// seg [E+1] (padded offsets), row_token [T*k + 4E] (token of each sorted row, -1 for padding),
+// pair_row [T][k] (the sorted row of each pair), active [min(E, T*k)] (the experts with rows, in
+// order, then -1).
+struct MoeSorted {
+  int32_t *seg = nullptr, *row_token = nullptr, *pair_row = nullptr, *active = nullptr;
+};
+
 // The MoE's routing front: RMSNorm of x [T][H] with `gain`, quantized in 1x128 blocks (and in
 // fp32 into h_out when given), the fp32 router logits (router [E][H] + bias, the products of
-// linear_f32_small, into logits [T][E]) and the top-k softmax (topk_softmax): idx, w [T][k]. One
-// kernel of T x E/8 blocks; counters [T] must be zero before the first call (they are left zero).
+// linear_f32_small, into logits [T][E]), the top-k softmax (topk_softmax): idx, w [T][k], and
+// those choices sorted by expert as moe_sort does. One kernel of T x E/8 blocks; counters [T + 1]
+// must be zero before the first call (they are left zero).
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
                const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
-               int32_t* idx, float* w, cudaStream_t st);
+               int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st);
 
 // Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
 // segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].
@@ -58,10 +67,8 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
                      const float* xs, ActSegments seg, float* y, int y_ld, bool accumulate, int N, int K,
                      int rows_hint, cudaStream_t st);
 
-// MoE routing, sorted by expert with every expert's run padded to a multiple of 4 rows:
-// idx [T][k] -> seg [E+1] (padded offsets), row_token [T*k + 4E] (token of each sorted row, -1 for
-// padding), pair_row [T][k] (the sorted row of each (token, choice)). One block; no host sync.
-// active [min(E, T*k)]: the experts with rows, in order, then -1.
+// MoE routing choices idx [T][k] sorted by expert (the MoeSorted layout above). One block; no
+// host sync. (moe_route sorts its own choices the same way.)
 void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,
               int32_t* active, cudaStream_t st);
 inline int moe_rows_max(int T, int k, int E) { return T * k + 4 * E; }

@@ -395,7 +395,7 @@ void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_
 void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
                        const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s) {
   if (rows == 0) return;
-  launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 256, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q);
+  launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 1024, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q);
 }
 
 // ~1024 warps in flight over all (row, KV head) pairs: up to 8 warps per block, then splits.
