@@ -84,6 +84,23 @@ __device__ inline void warp_topk_softmax(const float* l, int E, int k, int32_t* 
 __device__ inline uint8_t e4m3_code(float v) { return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)); }
 __device__ inline float fp8_block_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
 
+// One warp's block of a 1x128 activation quantization: lane holds v[i] = column c0 + 4 lane + i
+// of a row of K columns (0 past K); writes the codes of the columns that exist into q_row and
+// returns the block's scale.
+__device__ inline float warp_quantize_block128(const float (&v)[4], int c0, int K, uint8_t* q_row) {
+  const int lane = threadIdx.x & 31;
+  float amax = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float sc = fp8_block_scale(warp_max(amax));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = c0 + lane * 4 + i;
+    if (c < K) q_row[c] = e4m3_code(v[i] / sc);
+  }
+  return sc;
+}
+
 // YaRN rotation of one (x1, x2) = (x[i], x[i + d/2]) pair at position pos; inv_freq_i = inv_freq[i].
 __device__ inline void rotate_values(float x1, float x2, int pos, float inv_freq_i, float c, float& o1, float& o2) {
   const float theta = float(pos) * inv_freq_i;

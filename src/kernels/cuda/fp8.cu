@@ -96,19 +96,12 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   if (sg.seg && r >= sg.seg[sg.n]) return;
   const int src = in_rows ? in_rows[r] : r;
   float v[4];
-  float amax = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int c = kb * kB + lane * 4 + i;
     v[i] = (c < K && src >= 0) ? x[size_t(src) * K + c] : 0.0f;
-    amax = fmaxf(amax, fabsf(v[i]));
   }
-  const float sc = fp8_block_scale(warp_max(amax));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = kb * kB + lane * 4 + i;
-    if (c < K) q[size_t(r) * K + c] = e4m3_code(v[i] / sc);
-  }
+  const float sc = warp_quantize_block128(v, kb * kB, K, q + size_t(r) * K);
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
@@ -180,19 +173,13 @@ __device__ void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS], const 
   __syncthreads();
   const int KB = (H + kB - 1) / kB;
   for (int kb = warp; q && kb < KB; kb += THREADS / 32) {
-    float w[4], amax = 0;
+    float w[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int c = kb * kB + lane * 4 + i;
       w[i] = c < H ? row[c] : 0.0f;
-      amax = fmaxf(amax, fabsf(w[i]));
     }
-    const float sc = fp8_block_scale(warp_max(amax));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = kb * kB + lane * 4 + i;
-      if (c < H) q[c] = e4m3_code(w[i] / sc);
-    }
+    const float sc = warp_quantize_block128(w, kb * kB, H, q);
     if (lane == 0) s[size_t(kb) * ld + t] = sc;
   }
   __syncthreads();
@@ -550,7 +537,7 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
   const int r = warp / KB, kb = warp % KB;
   if (r >= sg.seg[sg.n]) return;
   const bf16* b = b1 ? b1 + size_t(segment_of(sg, r)) * 2 * I : nullptr;
-  float v[4], amax = 0;
+  float v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int c = kb * kB + lane * 4 + i;
@@ -560,14 +547,8 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
       if (b) gt += __bfloat162float(b[2 * c]), up += __bfloat162float(b[2 * c + 1]);
       v[i] = swiglu_clamped(gt, up, alpha, limit);
     }
-    amax = fmaxf(amax, fabsf(v[i]));
   }
-  const float sc = fp8_block_scale(warp_max(amax));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = kb * kB + lane * 4 + i;
-    if (c < I) q[size_t(r) * I + c] = e4m3_code(v[i] / sc);
-  }
+  const float sc = warp_quantize_block128(v, kb * kB, I, q + size_t(r) * I);
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 

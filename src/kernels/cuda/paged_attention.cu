@@ -41,6 +41,36 @@ __device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One 64-key tile of the FlashAttention-2 online softmax, for a thread's two rows of a 16-row
+// MMA tile (row g: s[.][0..1], row g + 8: s[.][2..3]; masked scores already -inf): the quad's
+// row maximum updates the running max m, this thread's share of the running sum l and the
+// accumulators acc are rescaled, and s becomes the tile's probabilities (added to l).
+__device__ inline void online_softmax_tile(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&acc)[8][4]) {
+  float tmax[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
+  float corr[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
+    tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
+    const float m_new = fmaxf(m[i], tmax[i]);
+    corr[i] = __expf(m[i] - m_new);
+    m[i] = m_new;
+    l[i] *= corr[i];
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = __expf(s[n][e] - m[e >> 1]);  // masked: exp(-inf) = 0
+      l[e >> 1] += s[n][e];
+      acc[n][e] *= corr[e >> 1];
+    }
+}
+
 __global__ void kv_write_kernel(KvLayerView L, const float* k, const float* v, const int32_t* slot, const int32_t* pos) {
   pdl_wait();
   pdl_launch_dependents();
@@ -207,8 +237,8 @@ __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, con
       }
     }
   float m[2], l[2] = {0.0f, 0.0f}, acc[8][4] = {};
-#pragma unroll
   const bool sink_here = sp == 0 && warp == 0;  // the sink enters one state of all
+#pragma unroll
   for (int i = 0; i < 2; ++i) m[i] = (sink_here && ok_r[i]) ? __bfloat162float(sinks[head_r[i]]) : -FLT_MAX;
 
   for (int t = ta + warp; t < tb; t += W) {
@@ -251,32 +281,12 @@ __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, con
         mma_bf16(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
       }
     }
-    float tmax[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; ++e)
         if (!valid(j0 + n * 8 + 2 * c + (e & 1))) s[n][e] = -INFINITY;
-        tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
-      }
-    float corr[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
-      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
-      const float m_new = fmaxf(m[i], tmax[i]);
-      corr[i] = __expf(m[i] - m_new);
-      m[i] = m_new;
-      l[i] *= corr[i];
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = __expf(s[n][e] - m[e >> 1]);  // masked: exp(-inf) = 0
-        l[e >> 1] += s[n][e];
-        acc[n][e] *= corr[e >> 1];
-      }
+    online_softmax_tile(s, m, l, acc);
     // O += P V: P's A fragments straight from S (keys 16kk + 2c (+1) and + 8), hi + lo.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -374,13 +384,7 @@ __global__ void merge_splits_kernel(const float* scratch, float* out, int rows, 
     if (out) *reinterpret_cast<float4*>(out + size_t(r) * K + col0) = make_float4(v[0], v[1], v[2], v[3]);
   }
   if (!q) return;
-  float amax = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  const float scl = fp8_block_scale(warp_max(amax));
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (col0 + i < K) q[size_t(r) * K + col0 + i] = e4m3_code(v[i] / scl);
+  const float scl = warp_quantize_block128(v, kb * 128, K, q + size_t(r) * K);
   if (lane == 0) qs[size_t(kb) * q_ld + r] = scl;
 }
 
@@ -527,8 +531,7 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const
         mma_bf16(sc[n], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
       }
     }
-    // Mask, scale, online softmax (rows g: sc[.][0..1], g+8: sc[.][2..3]).
-    float tmax[2] = {-FLT_MAX, -FLT_MAX};
+    // Mask and scale (rows g: sc[.][0..1], g+8: sc[.][2..3]), then the online softmax.
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -536,27 +539,8 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const
         const int i = j >> 1, key = j0 + n * 8 + 2 * c + (j & 1);
         const bool ok = valid_r[i] && key <= pos_r[i] && key >= key_begin && (window == 0 || pos_r[i] - key < window);
         sc[n][j] = ok ? sc[n][j] * scale : -INFINITY;
-        tmax[i] = fmaxf(tmax[i], sc[n][j]);
       }
-    float corr[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
-      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
-      const float m_new = fmaxf(m[i], tmax[i]);
-      corr[i] = __expf(m[i] - m_new);
-      m[i] = m_new;
-      l[i] *= corr[i];
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int i = j >> 1;
-        sc[n][j] = __expf(sc[n][j] - m[i]);  // masked: exp(-inf) = 0
-        l[i] += sc[n][j];
-        acc[n][j] *= corr[i];
-      }
+    online_softmax_tile(sc, m, l, acc);
     // O += P V (P as the A operand straight from the S fragments).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
