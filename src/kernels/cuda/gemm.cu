@@ -5,12 +5,7 @@
 
 namespace osprey::cuda {
 
-#define OSPREY_CUBLAS_CHECK(expr)                                                              \
-  do {                                                                                         \
-    cublasStatus_t st_ = (expr);                                                               \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      ::osprey::fail_plain("cuBLAS error " + std::to_string(int(st_)) + " at " + __FILE__ + ":" + std::to_string(__LINE__)); \
-  } while (0)
+#define OSPREY_CUBLAS_CHECK(expr) OSPREY_CUBLAS_STATUS_CHECK("cuBLAS", expr)
 
 Blas::Blas(cudaStream_t s) {
   OSPREY_CUBLAS_CHECK(cublasCreate(reinterpret_cast<cublasHandle_t*>(&handle_)));

@@ -5,12 +5,7 @@
 
 namespace osprey::cuda {
 
-#define OSPREY_LT_CHECK(expr)                                                                  \
-  do {                                                                                         \
-    cublasStatus_t st_ = (expr);                                                               \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      ::osprey::fail_plain("cuBLASLt error " + std::to_string(int(st_)) + " at " + __FILE__ + ":" + std::to_string(__LINE__)); \
-  } while (0)
+#define OSPREY_LT_CHECK(expr) OSPREY_CUBLAS_STATUS_CHECK("cuBLASLt", expr)
 
 namespace {
 __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, size_t n) {

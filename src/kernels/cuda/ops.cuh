@@ -20,6 +20,15 @@ namespace osprey::cuda {
                            cudaGetErrorString(e_));                                            \
   } while (0)
 
+// A cuBLAS or cuBLASLt call (both return cublasStatus_t, success 0); `lib` names it in the error.
+#define OSPREY_CUBLAS_STATUS_CHECK(lib, expr)                                                   \
+  do {                                                                                         \
+    const auto st_ = (expr);                                                                   \
+    if (int(st_) != 0)                                                                         \
+      ::osprey::fail_plain(std::string(lib) + " error " + std::to_string(int(st_)) + " at " + __FILE__ + ":" + \
+                           std::to_string(__LINE__));                                          \
+  } while (0)
+
 using bf16 = __nv_bfloat16;
 
 // out[t] = table[tokens[t]]            table [vocab][H] bf16, out [T][H] fp32
