@@ -91,6 +91,7 @@ struct GptOssCudaFp8::Impl {
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
   DeviceArray<int32_t> d_tok, d_slot, d_pos, d_idx, d_seg, d_row_token, d_pair_row, d_out_id, d_active, d_route_count;
+  DeviceArray<int32_t> d_merge_count;  // the attention merge tail's arrival counters, [rows][kv_heads], zero between uses
   DeviceArray<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
   std::map<int, cudaGraphExec_t> graphs;
@@ -250,6 +251,8 @@ struct GptOssCudaFp8::Impl {
     rw = DeviceArray<float>(size_t(R) * cfg.experts_per_token), rlogits = DeviceArray<float>(size_t(R) * E);
     d_route_count = DeviceArray<int32_t>(R + 1);
     OSPREY_CUDA_CHECK(cudaMemset(d_route_count.ptr, 0, size_t(R + 1) * 4));
+    d_merge_count = DeviceArray<int32_t>(size_t(R) * cfg.num_kv_heads);
+    OSPREY_CUDA_CHECK(cudaMemset(d_merge_count.ptr, 0, d_merge_count.n * 4));
     t1 = DeviceArray<float>(size_t(P) * 2 * I), y = DeviceArray<float>(size_t(P) * H);
     logits = DeviceArray<float>(size_t(bucket_max) * cfg.vocab);
     // Attention partials: a decode bucket with its splits, or a prefill chunk without flash (1 split).
@@ -332,6 +335,12 @@ struct GptOssCudaFp8::Impl {
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
   };
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
+  // Decode attention merges its splits in the attention kernel's tail (no merge kernel);
+  // OSPREY_MERGE_TAIL=0 launches the merge kernel instead (measuring).
+  const bool merge_tail = [] {
+    const char* v = std::getenv("OSPREY_MERGE_TAIL");
+    return !v || std::string(v) != "0";
+  }();
 
   // Dense GEMM y [T][N] (+)= x . W^T + bias; the T activation rows already quantized: codes xq
   // [T][K], scales xs [K/128][ld]. From 32 rows on, cuBLASLt (prefill chunks and decode buckets of
@@ -418,7 +427,7 @@ struct GptOssCudaFp8::Impl {
                               // a window spans at most window / 64 + 2 pages
                               L.sliding ? std::min(pass.attn_splits, window / cuda::kPage + 2) : pass.attn_splits,
                               split_scratch.ptr, stream,
-                              {act_attn.q.ptr, act_attn.s.ptr, ld});
+                              {act_attn.q.ptr, act_attn.s.ptr, ld}, merge_tail ? d_merge_count.ptr : nullptr);
       }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.

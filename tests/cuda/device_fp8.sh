@@ -108,6 +108,21 @@ if [ -n "${NO_PDL_BENCH:-}" ]; then
   echo "== decode without programmatic dependent launch (OSPREY_PDL=none), 20b"
   OSPREY_PDL=none $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 2>&1 | grep "^|" | tee $OUT/nopdl.log
 fi
+# ALT_ENV="OSPREY_MERGE_TAIL=0;OSPREY_PDL=none" (say): the decode bench again under each of
+# those environments (';' between them), to measure what a switch buys in the same call.
+if [ -n "${ALT_ENV:-}" ]; then
+  IFS=';' read -ra alts <<< "$ALT_ENV"
+  for a in "${alts[@]}"; do
+    echo "== decode with $a, 20b"
+    env $a $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches ${ALT_BATCHES:-1,8,64} --steps 16 2>&1 | grep "^| 8192" | tee -a $OUT/alt_env.log
+  done
+fi
+# BASE_BIN=path/to/an/osprey built from an earlier commit: the same decode bench with it, in the
+# same call (machines differ by several percent from one call to the next).
+if [ -n "${BASE_BIN:-}" ]; then
+  echo "== decode with the baseline binary $BASE_BIN, 20b"
+  $BASE_BIN bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches ${ALT_BATCHES:-1,8,64} --steps 16 2>&1 | grep "^| 8192" | tee $OUT/base_bin.log
+fi
 if [ -z "${SKIP_NOGRAPHS:-}" ]; then
   echo "== decode without CUDA graphs, 20b (what the graphs save)"
   $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 --no-graphs 2>&1 | grep "^|" | tee $OUT/nographs.log

@@ -308,6 +308,25 @@ void PagedAttentionCase(int heads, int kvh, int d) {
       auto a = s1.get(), b = s2.get();
       for (int kb = 0; kb < fp8::blocks(Q); ++kb)
         for (int r = 0; r < R; ++r) ASSERT_EQ(a[size_t(kb) * ld + r], b[size_t(kb) * ld + r]);
+      // The merge in the attention kernel's tail (d = 64, whole 128-column blocks per KV head):
+      // the same fp32 output and codes, twice (the counters go back to zero).
+      if (d == 64 && heads / kvh * d % 128 == 0) {
+        Dev<int32_t> count(size_t(R) * kvh);
+        OSPREY_CUDA_CHECK(cudaMemset(count.p, 0, count.n * 4));
+        for (int pass = 0; pass < 2; ++pass) {
+          Dev<float> out3(q.size()), s3(s1.n);
+          Dev<uint8_t> q3(q1.n);
+          cuda::paged_attention(cache.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out3.p, R, heads, window, 0.125f,
+                                splits, scratch.p, nullptr, {q3.p, s3.p, ld}, count.p);
+          ASSERT_EQ(out3.get(), got) << "window " << window << " splits " << splits;
+          ASSERT_EQ(q3.get(), q2.get());
+          auto c = s3.get();
+          for (int kb = 0; kb < fp8::blocks(Q); ++kb)
+            for (int r = 0; r < R; ++r) ASSERT_EQ(c[size_t(kb) * ld + r], b[size_t(kb) * ld + r]);
+          auto n = count.get();
+          ASSERT_TRUE(std::all_of(n.begin(), n.end(), [](int32_t v) { return v == 0; }));
+        }
+      }
     }
   }
 }

@@ -199,9 +199,42 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
 constexpr int kDecKeys = 64;
 static_assert(kDecKeys == kPage, "a decode tile is one page");
 
+// One warp: the merge of the splits of row r over output columns [128 kb, 128 kb + 128) (4 per
+// lane, of one head), written in fp32 to out (when given) and/or quantized in 1x128 (when q is).
+// Partials read through L2 (.cg): in the attention kernel's tail, other blocks wrote them.
+__device__ void merge_splits_warp(const float* scratch, int r, int kb, int heads, int D, int splits, float* out,
+                                  const Quantized1x128& quant) {
+  const int K = heads * D, lane = threadIdx.x & 31, col0 = kb * 128 + lane * 4;
+  float v[4] = {};
+  if (col0 < K) {
+    const int h = col0 / D, d0 = col0 % D;
+    const float* sc = scratch + (size_t(r) * heads + h) * splits * (D + 2);
+    float M = -FLT_MAX;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, __ldcg(sc + s * (D + 2) + D));
+    float den = 0, o[4] = {};
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) {
+      const float* p = sc + s * (D + 2);
+      const float ps = __ldcg(p + D + 1);
+      const float f = ps > 0.0f ? __expf(__ldcg(p + D) - M) : 0.0f;
+      den += ps * f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[i] += __ldcg(p + d0 + i) * f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = o[i] / den;
+    if (out) *reinterpret_cast<float4*>(out + size_t(r) * K + col0) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  if (!quant.q) return;
+  const float scl = warp_quantize_block128(v, kb * 128, K, quant.q + size_t(r) * K);
+  if (lane == 0) quant.s[size_t(kb) * quant.ld + r] = scl;
+}
+
 __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, const float* q, const bf16* sinks,
                                                               const int32_t* slots, const int32_t* positions, int heads,
-                                                              int window, float scale, int splits, float* scratch) {
+                                                              int window, float scale, int splits, float* scratch,
+                                                              int32_t* merge_count, float* out, Quantized1x128 quant) {
   extern __shared__ float states[];  // W > 1: [W][32 lanes][36] = m[2], l[2], acc[8][4]
   pdl_wait();  // K/V and q come from the kernel before: coherent (.cg) loads only
   pdl_launch_dependents();
@@ -323,7 +356,8 @@ __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, con
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[4 + nt * 4 + e] = acc[nt][e];
     __syncthreads();
-    if (warp != 0) return;
+  }
+  if (warp == 0 && W > 1) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float M = m[i];
@@ -344,48 +378,42 @@ __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, con
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    if (!ok_r[i]) continue;
+    if (!ok_r[i] || warp != 0) continue;
     float* sc = partial_at(scratch, r, head_r[i], heads, splits, sp, D);
     // acc[nt][2i] is output column 2c of n-tile nt = dim 16c + nt; acc[nt][2i + 1]: dim 16c + 8 + nt.
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) sc[16 * c + nt] = acc[nt][2 * i], sc[16 * c + 8 + nt] = acc[nt][2 * i + 1];
     if (c == 0) sc[D] = m[i], sc[D + 1] = l[i];
   }
+  if (!merge_count) return;
+  // The merge in the tail: the block that writes the last split of (row, KV head) merges that KV
+  // head's query heads (whole 128-column blocks: group * D % 128 == 0), its warps one block each;
+  // the arrival counter goes back to zero for the next use.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* cnt = merge_count + size_t(r) * L.kv_heads + g_kv;
+    last = atomicAdd(cnt, 1) == splits - 1;
+    if (last) *cnt = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int kb0 = g_kv * group * D / 128, kb1 = (g_kv + 1) * group * D / 128;
+  for (int kb = kb0 + warp; kb < kb1; kb += W) merge_splits_warp(scratch, r, kb, heads, D, splits, out, quant);
 }
 
 // Merges the splits of each (row, head) and writes the fp32 output and/or its 1x128 FP8
 // quantization: a warp per (row, 128 output columns), 4 columns (of one head) per lane.
 __global__ void merge_splits_kernel(const float* scratch, float* out, int rows, int heads, int D, int splits,
-                                    uint8_t* q, float* qs, int q_ld) {
+                                    Quantized1x128 quant) {
   pdl_wait();
   pdl_launch_dependents();
-  const int K = heads * D, KB = (K + 127) / 128;
-  const int w = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  const int KB = (heads * D + 127) / 128;
+  const int w = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
   if (w >= rows * KB) return;
-  const int r = w / KB, kb = w % KB, col0 = kb * 128 + lane * 4;
-  float v[4] = {};
-  if (col0 < K) {
-    const int h = col0 / D, d0 = col0 % D;
-    const float* sc = scratch + (size_t(r) * heads + h) * splits * (D + 2);
-    float M = -FLT_MAX;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, sc[s * (D + 2) + D]);
-    float den = 0, o[4] = {};
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) {
-      const float* p = sc + s * (D + 2);
-      const float f = p[D + 1] > 0.0f ? __expf(p[D] - M) : 0.0f;
-      den += p[D + 1] * f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[i] += p[d0 + i] * f;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = o[i] / den;
-    if (out) *reinterpret_cast<float4*>(out + size_t(r) * K + col0) = make_float4(v[0], v[1], v[2], v[3]);
-  }
-  if (!q) return;
-  const float scl = warp_quantize_block128(v, kb * 128, K, q + size_t(r) * K);
-  if (lane == 0) qs[size_t(kb) * q_ld + r] = scl;
+  merge_splits_warp(scratch, w / KB, w % KB, heads, D, splits, out, quant);
 }
 
 }  // namespace
@@ -411,7 +439,7 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits) {
 
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
-                     cudaStream_t s, const Quantized1x128 quant) {
+                     cudaStream_t s, const Quantized1x128 quant, int32_t* merge_count) {
   if (rows == 0) return;
   if (heads % L.kv_heads) fail_plain("paged_attention: heads must be a multiple of kv_heads");
   if (L.d % 4) fail_plain("paged_attention: head_dim must be a multiple of 4");
@@ -420,8 +448,10 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
   if (L.d == 64 && group <= 16) {
     int W = 1;
     while (W < kMaxWarpsPerSplit && size_t(rows) * L.kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
+    const bool tail = merge_count && group * L.d % 128 == 0;
     launch_pdl("attn", paged_decode_tc_kernel, grid, 32 * W, W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s, L, q,
-               sinks, slot, pos, heads, window, scale, splits, scratch);
+               sinks, slot, pos, heads, window, scale, splits, scratch, tail ? merge_count : nullptr, out, quant);
+    if (tail) return;
   } else {
     const int warps = group < 8 ? group : 8;
     switch (L.d) {
@@ -440,7 +470,7 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
   }
   const size_t warps = size_t(rows) * ((heads * L.d + 127) / 128);
   launch_pdl("attn", merge_splits_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, s, scratch, out, rows, heads, L.d,
-             splits, quant.q, quant.s, quant.ld);
+             splits, quant);
 }
 
 }  // namespace osprey::cuda

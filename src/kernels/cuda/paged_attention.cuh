@@ -42,10 +42,13 @@ struct Quantized1x128 {
 // handled by separate warps or blocks and merged (partials: scratch of rows*heads*splits*(d+2)
 // floats); the sink enters only the first range's state, so it is counted exactly once. d = 64
 // runs on the tensor cores (Q and P as hi + lo BF16 pairs), other d on the CUDA cores. out may be
-// null when `quant` takes the output (quantized as quantize_act_1x128 would).
+// null when `quant` takes the output (quantized as quantize_act_1x128 would). merge_count
+// (optional; d = 64 with whole 128-column blocks per KV head): rows x kv_heads counters, zero before
+// the first call and left zero: the block that finishes the last split of a (row, KV head) merges
+// it in its tail, bit-identical to the merge kernel, which is then not launched.
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
-                     cudaStream_t s, Quantized1x128 quant = {});
+                     cudaStream_t s, Quantized1x128 quant = {}, int32_t* merge_count = nullptr);
 // The split count for a decode step of `rows` rows: with up to 8 warps per split, enough warps
 // over all (row, KV head) pairs to keep the memory system busy (~1024); at most max_splits.
 int decode_attention_splits(int rows, int kv_heads, int max_splits);
