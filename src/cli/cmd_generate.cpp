@@ -29,7 +29,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--seed", args->sampling.seed, "sampling seed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_option("--backend", args->backend, "cpu | cuda (greedy)")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--precision", args->precision, "cpu: fp32 (default) or fp8; cuda: fp8 (default) or bf16")
+  cmd->add_option("--precision", args->precision,
+                  "cpu: fp32 (default), fp8 or bf16 (the emulations of the CUDA paths); cuda: fp8 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
   cmd->callback([args] {
     std::vector<int32_t> prompt = parse_token_list(args->tokens);
@@ -55,8 +56,7 @@ void add_generate(CLI::App& app) {
         fail("--backend cuda generates with --precision fp8 or bf16");
       }
     } else {
-      if (args->precision == "bf16") fail("--precision bf16 is a CUDA path; the CPU runs fp32 or fp8");
-      GptOssCpuModel model(w, args->precision == "fp8" ? CpuPrecision::Fp8 : CpuPrecision::AsStored);
+      GptOssCpuModel model(w, cpu_precision(args->precision));
       out = generate(model, prompt, opt, &st);
     }
     fmt::print("{}\n", fmt::join(out, ","));

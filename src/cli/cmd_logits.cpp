@@ -19,7 +19,8 @@ void add_logits(CLI::App& app) {
   cmd->add_option("--out", args->out, "output .npy path")->required();
   cmd->add_option("--backend", args->backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--precision", args->precision,
-                  "cpu: fp32 (default: weights as stored, fp32 math) or fp8 (the emulation of the Hopper path); "
+                  "cpu: fp32 (default: weights as stored, fp32 math), fp8 or bf16 (the emulations of the CUDA fp8 "
+                  "and bf16 paths); "
                   "cuda: fp8 (default), bf16, or fp32 (a check of the math)")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
   cmd->add_flag("--no-cublaslt", args->no_cublaslt,
@@ -38,8 +39,7 @@ void add_logits(CLI::App& app) {
                                                                   : GptOssCudaModel::Precision::BF16);
       logits = model.forward(tokens, /*all_logits=*/true);
     } else {
-      if (prec == "bf16") fail("--precision bf16 is a CUDA path; the CPU runs fp32 or fp8");
-      GptOssCpuModel model(w, prec == "fp8" ? CpuPrecision::Fp8 : CpuPrecision::AsStored);
+      GptOssCpuModel model(w, cpu_precision(prec));
       KvCache cache = model.new_cache();
       logits = model.forward(tokens, cache, /*all_logits=*/true);
     }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/gpt_oss_forward.h"
+
 namespace osprey::cli {
 
 void add_synth(CLI::App& app);
@@ -28,5 +30,7 @@ std::vector<int32_t> parse_int_list(const std::string& s, const std::string& opt
                                     bool positive = false);
 // "1,2,3" -> ids; throws Error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& s);
+// --precision of the CPU backend: fp32 (or empty), fp8 or bf16 (the emulations of the CUDA paths).
+CpuPrecision cpu_precision(const std::string& name);
 
 }  // namespace osprey::cli

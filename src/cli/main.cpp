@@ -33,6 +33,13 @@ std::vector<int32_t> parse_int_list(const std::string& s, const std::string& opt
 
 std::vector<int32_t> parse_token_list(const std::string& s) { return parse_int_list(s, "--tokens", "a token id"); }
 
+CpuPrecision cpu_precision(const std::string& name) {
+  if (name.empty() || name == "fp32") return CpuPrecision::AsStored;
+  if (name == "fp8") return CpuPrecision::Fp8;
+  if (name == "bf16") return CpuPrecision::Bf16;
+  fail("--precision {} is not a CPU precision (fp32, fp8 or bf16)", name);
+}
+
 }  // namespace osprey::cli
 
 int main(int argc, char** argv) {

@@ -35,6 +35,7 @@ GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision) :
     fp8_ = w.fp8 ? w.fp8 : std::make_shared<const GptOssFp8Weights>(GptOssFp8Weights::convert(w));
   else if (w.fp8)
     fail("this checkpoint holds FP8 weights (written by `osprey convert`): run it with --precision fp8");
+  bf16_act_ = precision == CpuPrecision::Bf16;
   const GptOssConfig& c = w.config;
   rope_ = cpu::make_rope_table({.head_dim = c.head_dim,
                                 .theta = c.rope_theta,
@@ -58,6 +59,11 @@ void GptOssCpuModel::expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8,
     cpu::f32_fp8w_matmul(x, q8->data(e), q8->scale(e), q8->scale_stride(), W.expert_bias(e), y, T, W.rows, W.cols);
   else
     cpu::f32_mxfp4w_matmul(x, W.expert_blocks(e), W.expert_scales(e), W.expert_bias(e), y, T, W.rows, W.cols);
+}
+
+void GptOssCpuModel::round_act(std::vector<float>& v) const {
+  if (bf16_act_)
+    for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
 }
 
 KvCache GptOssCpuModel::new_cache() const {
@@ -107,6 +113,7 @@ std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const Se
   std::vector<float> sel(size_t(R) * H), h(size_t(R) * H), logits(size_t(R) * c.vocab);
   for (int r = 0; r < R; ++r) std::copy_n(&x[size_t(rows[r]) * H], H, &sel[size_t(r) * H]);
   cpu::f32_bf16w_rmsnorm(sel.data(), w_.final_norm, h.data(), R, H, float(c.rms_norm_eps));
+  round_act(h);
   linear(w_.unembed, fp8_ ? &fp8_->unembed : nullptr, /*bias=*/nullptr, h.data(), logits.data(), R);
   std::vector<std::vector<float>> out;
   int r0 = 0;
@@ -126,6 +133,7 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   std::vector<float> attn(size_t(T) * Q), o(size_t(T) * H);
 
   cpu::f32_bf16w_rmsnorm(x, L.attn_norm, h.data(), T, H, float(c.rms_norm_eps));
+  round_act(h);
   const GptOssFp8Layer* L8 = fp8_ ? &fp8_->layers[layer] : nullptr;
   linear(L.q, L8 ? &L8->q : nullptr, L.q_bias, h.data(), q.data(), T);
   linear(L.k, L8 ? &L8->k : nullptr, L.k_bias, h.data(), k.data(), T);
@@ -152,6 +160,7 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
     ch.kv->append(layer, kc, vc, n);
     t0 += n;
   }
+  round_act(attn);
   linear(L.o, L8 ? &L8->o : nullptr, L.o_bias, attn.data(), o.data(), T);
   for (size_t i = 0; i < o.size(); ++i) x[i] += o[i];
 }
@@ -164,6 +173,7 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x,
   cpu::f32_bf16w_rmsnorm(x, L.mlp_norm, h.data(), T, H, float(c.rms_norm_eps));
   cpu::f32_bf16w_matmul(h.data(), L.router.w, L.router_bias, router.data(), T, E, H);
   cpu::f32_topk_softmax(router.data(), idx.data(), wts.data(), T, E, K);
+  round_act(h);  // the experts' input (the router read it in fp32)
 
   // Group (token, weight) pairs by expert; run each expert once over its tokens.
   std::vector<std::vector<std::pair<int, float>>> by_expert(E);
@@ -181,6 +191,7 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x,
     for (int i = 0; i < n; ++i) std::memcpy(&xe[size_t(i) * H], &h[size_t(toks[i].first) * H], H * sizeof(float));
     expert_linear(L.mlp1, fp8_ ? &fp8_->layers[layer].mlp1 : nullptr, e, xe.data(), t1.data(), n);
     cpu::f32_swiglu_clamped(t1.data(), a.data(), n, I, float(c.swiglu_alpha), float(c.swiglu_limit));
+    round_act(a);
     expert_linear(L.mlp2, fp8_ ? &fp8_->layers[layer].mlp2 : nullptr, e, a.data(), y.data(), n);
     for (int i = 0; i < n; ++i) {
       float* xt = x + size_t(toks[i].first) * H;

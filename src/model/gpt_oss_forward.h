@@ -24,8 +24,11 @@ struct SequenceChunk {
 // AsStored: BF16 and MXFP4 weights as stored, fp32 math (the reference). Fp8: the emulation of the
 // Hopper path: GEMM weights converted to FP8 128x128 (model/gpt_oss_fp8.h) at construction,
 // activations quantized to FP8 in 1x128 blocks before each of those GEMMs, keys and values rounded
-// to BF16 (the GPU's KV cache), fp32 math.
-enum class CpuPrecision { AsStored, Fp8 };
+// to BF16 (the GPU's KV cache), fp32 math. Bf16: the emulation of the CUDA BF16 path (weights as
+// stored, which BF16 holds exactly): each GEMM's input rounded to BF16 where that path rounds it
+// (the attention norm's output, the attention output, the MLP norm's output for the experts (the
+// router reads it in fp32), the SwiGLU output, the final norm's output), fp32 math and fp32 KV.
+enum class CpuPrecision { AsStored, Fp8, Bf16 };
 
 class GptOssCpuModel {
  public:
@@ -49,6 +52,8 @@ class GptOssCpuModel {
   void expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8, int e, const float* x, float* y, int T) const;
 
   const GptOssWeights& w_;
+  bool bf16_act_ = false;  // Bf16 precision: GEMM inputs rounded to BF16 (round_act)
+  void round_act(std::vector<float>& v) const;
   std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)
   cpu::RopeTable rope_;
 };

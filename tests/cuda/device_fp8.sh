@@ -51,12 +51,15 @@ for name, vocab, T in shapes:
     e8 = logits(f"{M}/{name}", toks, "cpu", "fp8")
     g8 = logits(f"{M}/{name}", toks, "cuda", "fp8")
     gb = logits(f"{M}/{name}", toks, "cuda", "bf16")
+    eb = logits(f"{M}/{name}", toks, "cpu", "bf16")
     gs = logits(f"{M}/{name}", toks, "cuda", "fp8", ["--no-cublaslt"])
     compare(name, gs, e8, "CUDA fp8, skinny GEMMs only, vs CPU fp8 emulation")
     compare(name, g8, gs, "CUDA fp8 with cuBLASLt prefill GEMMs vs skinny only")
     compare(name, g8, e8, "CUDA fp8 vs CPU fp8 emulation")
     compare(name, g8, f32, "CUDA fp8 vs CPU fp32 (the price of FP8)")
     compare(name, e8, f32, "CPU fp8 emulation vs CPU fp32")
+    compare(name, gb, eb, "CUDA bf16 vs CPU bf16 emulation")
+    compare(name, eb, f32, "CPU bf16 emulation vs CPU fp32 (the price of BF16 activations)")
     compare(name, gb, f32, "CUDA bf16 vs CPU fp32")
 PY
 echo "== greedy: CUDA fp8 (graphs) vs CPU fp8 emulation"
