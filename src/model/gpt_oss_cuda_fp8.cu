@@ -434,7 +434,9 @@ struct GptOssCudaFp8::Impl {
       cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
                       {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream);
-      const cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
+      cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
+      // A token chooses an expert at most once: T real rows per expert, the padding skipped.
+      sg.row_live = d_row_token.ptr, sg.seg_rows_max = T;
       if (pass.lt_moe) {
         cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
