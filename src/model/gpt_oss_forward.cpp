@@ -26,6 +26,11 @@ struct ChunkKv final : cpu::KvSource {
   }
 };
 
+// Every value to its nearest BF16 (the GPU paths' BF16 tensors).
+void round_to_bf16(std::vector<float>& v) {
+  for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+}
+
 }  // namespace
 
 GptOssCpuModel::~GptOssCpuModel() = default;
@@ -62,8 +67,7 @@ void GptOssCpuModel::expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8,
 }
 
 void GptOssCpuModel::round_act(std::vector<float>& v) const {
-  if (bf16_act_)
-    for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+  if (bf16_act_) round_to_bf16(v);
 }
 
 KvCache GptOssCpuModel::new_cache() const {
@@ -141,8 +145,8 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
   cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
   if (fp8_) {  // the Hopper path keeps keys and values in a BF16 cache: the emulation rounds them the same way
-    for (float& f : k) f = bf16_to_f32(f32_to_bf16(f));
-    for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+    round_to_bf16(k);
+    round_to_bf16(v);
   }
 
   const cpu::AttentionShape shape{.num_heads = c.num_heads,

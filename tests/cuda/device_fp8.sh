@@ -2,7 +2,8 @@
 # One call on the GPU machine for the FP8 Hopper path: kernel tests (and compute-sanitizer on
 # them), correctness of `--backend cuda` (fp8, and bf16 for comparison) against the CPU engine's
 # fp32 and its fp8 emulation on synthetic checkpoints, then `bench --backend cuda` on the 20b
-# shape. Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT.
+# shape. Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT. Decode under other
+# settings (OSPREY_PDL=none, OSPREY_MERGE_TAIL=0) or against an earlier build: device_ab.sh.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
 B=$PWD/build/osprey
@@ -107,25 +108,6 @@ fi
 [ -z "${SKIP_20B_CHECK:-}" ] || [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 echo "== bench --backend cuda, 20b"
 $B bench --backend cuda --model $M/20b --steps ${STEPS:-16} --json $OUT/bench_20b.json ${BENCH_ARGS:-} 2>&1 | tee $OUT/bench_20b.log
-if [ -n "${NO_PDL_BENCH:-}" ]; then
-  echo "== decode without programmatic dependent launch (OSPREY_PDL=none), 20b"
-  OSPREY_PDL=none $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 2>&1 | grep "^|" | tee $OUT/nopdl.log
-fi
-# ALT_ENV="OSPREY_MERGE_TAIL=0;OSPREY_PDL=none" (say): the decode bench again under each of
-# those environments (';' between them), to measure what a switch buys in the same call.
-if [ -n "${ALT_ENV:-}" ]; then
-  IFS=';' read -ra alts <<< "$ALT_ENV"
-  for a in "${alts[@]}"; do
-    echo "== decode with $a, 20b"
-    env $a $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches ${ALT_BATCHES:-1,8,64} --steps 16 2>&1 | grep "^| 8192" | tee -a $OUT/alt_env.log
-  done
-fi
-# BASE_BIN=path/to/an/osprey built from an earlier commit: the same decode bench with it, in the
-# same call (machines differ by several percent from one call to the next).
-if [ -n "${BASE_BIN:-}" ]; then
-  echo "== decode with the baseline binary $BASE_BIN, 20b"
-  $BASE_BIN bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches ${ALT_BATCHES:-1,8,64} --steps 16 2>&1 | grep "^| 8192" | tee $OUT/base_bin.log
-fi
 if [ -z "${SKIP_NOGRAPHS:-}" ]; then
   echo "== decode without CUDA graphs, 20b (what the graphs save)"
   $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches 1,8,64 --steps 16 --no-graphs 2>&1 | grep "^|" | tee $OUT/nographs.log
