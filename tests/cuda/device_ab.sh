@@ -4,10 +4,12 @@
 # (and with B120=1 the 120b), decode at 8k context for each configuration in CONFIGS
 # ("name:VAR=value VAR2=value;name2:..."; an empty environment is the defaults) and, with BASE_BIN
 # (an osprey built from an earlier commit), the same with that build. Kernel tests first unless
-# SKIP_KERNEL_TESTS. Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT.
+# SKIP_KERNEL_TESTS (TEST_FILTER: a gtest filter). BIN and TESTS_BIN: the osprey and kernel-test
+# binaries under test (default build/). Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
-B=$PWD/build/osprey
+B=${BIN:-$PWD/build/osprey}
+TESTS=${TESTS_BIN:-build/tests/osprey_cuda_tests}
 M=${MODELS:-/root/osprey_models}
 OUT=${OUT:-/tmp/out}
 BATCHES=${BATCHES:-1,8,64}
@@ -15,7 +17,7 @@ mkdir -p "$M" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -z "${SKIP_KERNEL_TESTS:-}" ]; then
   echo "== kernel tests"
-  build/tests/osprey_cuda_tests 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure" | head -20
+  $TESTS ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure" | head -20
 fi
 ab() {  # model, configurations
   local model=$1 configs=$2

@@ -6,6 +6,8 @@
 // 16-byte coalesced loads, no shared memory, no shuffles.
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <cuda_fp8.h>
 
@@ -339,12 +341,13 @@ __host__ __device__ inline int skinny_x_stride(int K) {
 // Stages of each warp's weight ring: one 128-column block of its 16 rows (2 KB) per stage.
 __host__ __device__ constexpr int skinny_stages(int NT) { return NT == 1 ? 4 : NT == 2 ? 6 : 3; }
 constexpr int kRingStage = 16 * kB;
-__host__ __device__ inline size_t skinny_stage_bytes(int NT, int K) {  // staged codes + scales
+// Staged activation rows of one pass (R of them): codes + scales.
+__host__ __device__ inline size_t skinny_stage_bytes(int R, int K) {
   const int KB = (K + kB - 1) / kB;
-  return (size_t(8 * NT) * skinny_x_stride(K) + size_t(8 * NT) * KB * sizeof(float) + 15) / 16 * 16;
+  return (size_t(R) * skinny_x_stride(K) + size_t(R) * KB * sizeof(float) + 15) / 16 * 16;
 }
-__host__ __device__ inline size_t skinny_smem_bytes(int NT, int K) {
-  return skinny_stage_bytes(NT, K) + size_t(kSkinnyWarps) * skinny_stages(NT) * kRingStage;
+__host__ __device__ inline size_t skinny_smem_bytes(int NT, int R, int K) {
+  return skinny_stage_bytes(R, K) + size_t(kSkinnyWarps) * skinny_stages(NT) * kRingStage;
 }
 
 __device__ inline void cp_async16(void* smem, const void* gmem, bool ok) {
@@ -364,8 +367,10 @@ __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n
 // reads back only its own 64 bytes of a stage, so the ring needs no synchronization beyond
 // cp.async.wait_group. A dense GEMM fills its ring before pdl_wait, i.e. while the kernel before
 // it is still finishing.
-template <int NT>
-__global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
+// R: activation rows staged per pass (compile time: 8 NT, or 1 for a batch-1 step, which leaves
+// shared memory and, with MINB = 3, registers for a third block per SM).
+template <int NT, int R, int MINB>
+__global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(const uint8_t* __restrict__ W, const float* __restrict__ ws,
                                                          int ws_stride, const bf16* __restrict__ bias,
                                                          const uint8_t* x, const float* xs,
                                                          ActSegments sg, float* y, int y_ld,
@@ -389,7 +394,8 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny
   const uint8_t* We = W + size_t(max(e, 0)) * N * K;
   const uint8_t* wlo = We + size_t(ok_lo ? n0 + g : 0) * K + c * 16;
   const uint8_t* whi = We + size_t(ok_hi ? n0 + g + 8 : 0) * K + c * 16;
-  uint8_t* ring = stage + skinny_stage_bytes(NT, K) + size_t(warp) * S * kRingStage + lane * 16;
+  static_assert(R >= 1 && R <= 8 * NT, "rows per pass");
+  uint8_t* ring = stage + skinny_stage_bytes(R, K) + size_t(warp) * S * kRingStage + lane * 16;
   auto issue = [&](int kb) {  // block kb into its slot; always one commit group
     if (active && kb < kb1) {
       const int k0 = kb * kB;
@@ -406,7 +412,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny
   if (!grouped) pdl_wait();
   pdl_launch_dependents();
   if (e < 0) return;  // uniform over the block
-  const int s0 = grouped ? sg.seg[e] : 0, s1 = grouped ? sg.seg[e + 1] : sg.rows;
+  int s0 = grouped ? sg.seg[e] : 0, s1 = grouped ? sg.seg[e + 1] : sg.rows;
   if (s1 <= s0) {  // uniform over the block
     cp_async_wait<0>();
     return;
@@ -414,9 +420,18 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny
   // Activation scales: [KB][sld] at sbase for this segment, or by source row with stride x_ld
   // when rows are gathered (x_rows).
   const int sld = grouped ? s1 - s0 : sg.ld;
+  if (grouped && sg.row_live) {  // the segment's padding rows (a suffix) are not computed
+    int live = 0;
+    for (int r0 = s0; r0 < s1; r0 += blockDim.x) {
+      const int r = r0 + int(threadIdx.x);
+      live += __syncthreads_count(r < s1 && sg.row_live[r] >= 0);
+    }
+    s1 = s0 + live;
+  }
   const size_t sbase = grouped ? size_t(KB) * s0 : 0;
   const int sstride = sg.x_rows ? sg.x_ld : sld;
-  const int x_stride = skinny_x_stride(K), rows_pass = 8 * NT;
+  const int x_stride = skinny_x_stride(K);
+  constexpr int rows_pass = R;
   float* stage_s = reinterpret_cast<float*>(stage + size_t(rows_pass) * x_stride);
   const int ws_rows = round4((N + kB - 1) / kB);
   const float* wse = n0 < N ? ws + size_t(e) * ws_rows * ws_stride + size_t(n0 / kB) * ws_stride : nullptr;
@@ -462,9 +477,12 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny
         float part[NT][4];
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-          const uint8_t* xr = stage + size_t(t * 8 + g) * x_stride + k0 + c * 16;
-          const uint4 b0 = in0 ? *reinterpret_cast<const uint4*>(xr) : make_uint4(0, 0, 0, 0);
-          const uint4 b1 = in1 ? *reinterpret_cast<const uint4*>(xr + 64) : make_uint4(0, 0, 0, 0);
+          // Rows past R (R < 8 only): zero operands, their sums not stored; a compile-time test
+          // for R = 8 NT, so the full tile's loop is what it was.
+          const bool staged = R == 8 * NT || t * 8 + g < R;
+          const uint8_t* xr = stage + size_t(staged ? t * 8 + g : 0) * x_stride + k0 + c * 16;
+          const uint4 b0 = in0 && staged ? *reinterpret_cast<const uint4*>(xr) : make_uint4(0, 0, 0, 0);
+          const uint4 b1 = in1 && staged ? *reinterpret_cast<const uint4*>(xr + 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
           for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
           mma_e4m3(part[t], lo0.x, hi0.x, lo0.y, hi0.y, b0.x, b0.y);
@@ -475,7 +493,9 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny
         const float w_s = wse[kb];  // fold in the two scales of this 128-block
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-          const float x0 = stage_s[(t * 8 + 2 * c) * KB + kb], x1 = stage_s[(t * 8 + 2 * c + 1) * KB + kb];
+          const int r0 = t * 8 + 2 * c;
+          const float x0 = (R == 8 * NT || r0 < R) ? stage_s[r0 * KB + kb] : 0.0f;
+          const float x1 = (R == 8 * NT || r0 + 1 < R) ? stage_s[(r0 + 1) * KB + kb] : 0.0f;
           acc[t][0] += part[t][0] * (w_s * x0);
           acc[t][1] += part[t][1] * (w_s * x1);
           acc[t][2] += part[t][2] * (w_s * x0);
@@ -483,8 +503,8 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, NT == 1 ? 2 : 1) fp8_skinny
         }
       }
     auto store = [&](int t, int i, float v) {
-      const int r = base + t * 8 + 2 * c + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-      if (r < s1 && n < N) {
+      const int rl = t * 8 + 2 * c + (i & 1), r = base + rl, n = n0 + g + (i >= 2 ? 8 : 0);
+      if ((R == 8 * NT || rl < R) && r < s1 && n < N) {
         float* out = y + size_t(r) * y_ld + n;
         *out = accumulate ? *out + v : v;
       }
@@ -625,29 +645,46 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
     OSPREY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return n;
   }();
-  // Measured on the H200 (docs/PERF.md): splitting further so the last wave is balanced (e.g. 8
-  // instead of 4 splits for the 20b qkv at batch 1) made every decode GEMM slower; fewer, longer
-  // weight streams per warp win.
   auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
-  int ks = 1;
-  while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
-  const int tiles_per_block = kSkinnyWarps / ks;
-  dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   constexpr int kMaxStage = 200 * 1024;
   static std::once_flag once;  // set outside any graph capture's dependence on it: once, for the largest stage
   std::call_once(once, [] {
-    for (auto k : {fp8_skinny_kernel<1>, fp8_skinny_kernel<2>, fp8_skinny_kernel<4>})
+    for (auto k : {fp8_skinny_kernel<1, 1, 3>, fp8_skinny_kernel<1, 8, 2>, fp8_skinny_kernel<2, 16, 1>,
+                   fp8_skinny_kernel<4, 32, 1>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStage));
   });
-  auto run = [&](auto kernel, int NT) {
-    const size_t smem = skinny_smem_bytes(NT, K);
+  static const bool fewest = [] {  // OSPREY_SKINNY_SPLITS=fewest: the previous split rule (measuring)
+    const char* v = std::getenv("OSPREY_SKINNY_SPLITS");
+    return v && std::string(v) == "fewest";
+  }();
+  static const bool one_row = [] {  // OSPREY_SKINNY_ONE_ROW=0: no one-row instantiation (measuring)
+    const char* v = std::getenv("OSPREY_SKINNY_ONE_ROW");
+    return !v || std::string(v) != "0";
+  }();
+  // K-splits per 16-row tile: the fewest that give every SM a block; then more while every block
+  // is still resident at once (one wave): the bytes in flight, i.e. the warps streaming at once,
+  // set a decode GEMM's speed.
+  auto run = [&](auto kernel, int NT, int R) {
+    const size_t smem = skinny_smem_bytes(NT, R, K);
     if (smem > kMaxStage) fail_plain("fp8_gemm_skinny: K = " + std::to_string(K) + " is too long to stage");
+    int ks = 1;
+    while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
+    if (!fewest) {
+      int per_sm = 0;
+      OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyWarps * 32, smem));
+      while (ks < kSkinnyWarps && ks * 2 <= KB && blocks(ks * 2) <= size_t(per_sm) * sms) ks *= 2;
+    }
+    const int tiles_per_block = kSkinnyWarps / ks;
+    const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
     launch_pdl("gemm", kernel, grid, kSkinnyWarps * 32, smem, st, W, ws, ws_stride, bias, x, xs, sg, y, y_ld,
                accumulate, N, K, ks);
   };
-  if (rows_hint <= 8) run(fp8_skinny_kernel<1>, 1);
-  else if (rows_hint <= 16) run(fp8_skinny_kernel<2>, 2);
-  else run(fp8_skinny_kernel<4>, 4);
+  // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
+  const int rows_max = !sg.seg ? sg.rows : sg.seg_rows_max > 0 ? sg.seg_rows_max : 32;
+  if (rows_hint <= 8 && rows_max == 1 && one_row) run(fp8_skinny_kernel<1, 1, 3>, 1, 1);
+  else if (rows_hint <= 8) run(fp8_skinny_kernel<1, 8, 2>, 1, 8);
+  else if (rows_hint <= 16) run(fp8_skinny_kernel<2, 16, 1>, 2, 16);
+  else run(fp8_skinny_kernel<4, 32, 1>, 4, 32);
 }
 
 void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,

@@ -28,6 +28,12 @@ struct ActSegments {
   // each token's quantized row this way instead of copying it once per chosen expert.
   const int32_t* x_rows = nullptr;
   int x_ld = 0;
+  // Optional (grouped skinny GEMM): row_live[r] < 0 marks padding rows, which follow a segment's
+  // real rows (MoeSorted's row_token does); they are not computed, their outputs left as they were.
+  const int32_t* row_live = nullptr;
+  // Optional (grouped skinny GEMM): a bound on any segment's computed rows (0: none known): T real
+  // rows with row_live, round4(T) without. A bound of 1 (batch 1) runs the one-row tile.
+  int seg_rows_max = 0;
 };
 
 // Activations x [.][K] fp32 -> codes q [rows][K] and scales (1x128 blocks). Row r reads x row
