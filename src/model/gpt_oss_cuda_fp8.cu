@@ -335,6 +335,12 @@ struct GptOssCudaFp8::Impl {
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
   };
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
+  // OSPREY_EARLY_RING=0 (measuring): the experts' second GEMM fills its weight ring after its
+  // PDL wait instead of before it.
+  const bool early_ring = [] {
+    const char* v = std::getenv("OSPREY_EARLY_RING");
+    return !v || std::string(v) != "0";
+  }();
   // Decode attention merges its splits in the attention kernel's tail (no merge kernel);
   // OSPREY_MERGE_TAIL=0 launches the merge kernel instead (measuring).
   const bool merge_tail = [] {
@@ -467,7 +473,9 @@ struct GptOssCudaFp8::Impl {
         cuda::fp8_gemm_skinny(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_h.q.ptr, act_h.s.ptr,
                               by_token, t1.ptr, 2 * I, false, 2 * I, H, per_expert, stream);
         cuda::moe_swiglu_quantize(t1.ptr, nullptr, sg, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
-        cuda::fp8_gemm_skinny(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr, act_a.s.ptr, sg,
+        cuda::ActSegments sg2 = sg;
+        sg2.routed_early = early_ring;  // the route kernel is two kernels back
+        cuda::fp8_gemm_skinny(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr, act_a.s.ptr, sg2,
                               y.ptr, H, false, H, I, per_expert, stream);
       }
       const cuda::bf16* next_norm = l + 1 < cfg.num_layers ? layers[l + 1].attn_norm.ptr : final_norm.ptr;

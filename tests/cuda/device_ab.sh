@@ -19,22 +19,24 @@ if [ -z "${SKIP_KERNEL_TESTS:-}" ]; then
   echo "== kernel tests"
   $TESTS ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} 2>&1 | tee $OUT/kernel_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure" | head -20
 fi
-ab() {  # model, configurations
+base() {
+  echo "== base ($BASE_BIN)"
+  $BASE_BIN bench --backend cuda --model $1 --prefill-lens 1024 --contexts 8192 --batches $BATCHES --steps 16 2>&1 | grep "^| 8192"
+}
+ab() {  # model, configurations; BASE_LAST=1 runs the base build again last (order effects)
   local model=$1 configs=$2
-  if [ -n "${BASE_BIN:-}" ]; then
-    echo "== base ($BASE_BIN)"
-    $BASE_BIN bench --backend cuda --model $model --prefill-lens 1024 --contexts 8192 --batches $BATCHES --steps 16 2>&1 | grep "^| 8192"
-  fi
+  [ -n "${BASE_BIN:-}" ] && base $model
   IFS=';' read -ra cs <<< "$configs"
   for c in "${cs[@]}"; do
     echo "== ${c%%:*} (${c#*:})"
     env ${c#*:} $B bench --backend cuda --model $model --prefill-lens 1024 --contexts 8192 --batches $BATCHES --steps 16 2>&1 | grep "^| 8192"
   done
+  [ -n "${BASE_BIN:-}" ] && [ -n "${BASE_LAST:-}" ] && base $model
 }
-$B synth --preset 20b --seed 1 --out $M/20b --quiet
+[ -d $M/20b ] || $PWD/build/osprey synth --preset 20b --seed 1 --out $M/20b --quiet
 ab $M/20b "$CONFIGS" | tee $OUT/ab_20b.log
 rm -rf $M/20b
 if [ -n "${B120:-}" ]; then
-  $B synth --preset 120b --seed 1 --out /dev/shm/120b --quiet
+  $PWD/build/osprey synth --preset 120b --seed 1 --out /dev/shm/120b --quiet
   BATCHES=${BATCHES_120:-1,8} ab /dev/shm/120b "${CONFIGS_120:-$CONFIGS}" | tee $OUT/ab_120b.log
 fi

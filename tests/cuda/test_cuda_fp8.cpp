@@ -582,6 +582,53 @@ TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
   ASSERT_TRUE(std::equal(a1.begin(), a1.begin() + size_t(rows) * fp8::blocks(I), a2.begin()));
 }
 
+// The experts' second GEMM with its weight ring filled before its PDL wait (routed_early: the
+// expert list read first; here the stream is serial) equals the ordinary launch bit for bit, also
+// at one token with the padding rows skipped (the one-row tile).
+TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
+  const int T = GetParam(), E = 8, k = 4, I = 2880, N = 400;
+  std::vector<int32_t> idx(size_t(T) * k);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (t + 3 * j) % E;
+  const int P = cuda::moe_rows_max(T, k, E);
+  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
+  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  const int rows = seg.get()[E];
+  fp8::Matrix all;
+  all.allocate(E, N, I);
+  for (int e = 0; e < E; ++e) {
+    fp8::Matrix m = cpu_quantize(randbf(size_t(N) * I, 140 + e), N, I);
+    std::copy(m.q.begin(), m.q.end(), all.q.begin() + size_t(e) * N * I);
+    std::copy(m.scales.begin(), m.scales.end(), all.scales.begin() + size_t(e) * all.scales_per_matrix());
+  }
+  DevFp8 dW(all);
+  Dev<bf16> db(randbf(size_t(E) * N, 139));
+  Dev<float> dt(randf(size_t(P) * 2 * I, 138, 12.0f)), s(size_t(P) * fp8::blocks(I) + 64);
+  Dev<uint8_t> q(size_t(P) * I);
+  for (const bool skip_padding : {false, true}) {
+    if (skip_padding && T != 1) continue;
+    cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
+    if (skip_padding) sg.row_live = row_token.p, sg.seg_rows_max = 1;
+    Dev<float> y1(size_t(P) * N), y2(y1.n);
+    cuda::moe_swiglu_quantize(dt.p, nullptr, sg, P, I, 1.702f, 7.0f, q.p, s.p, nullptr);
+    cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), q.p, s.p, sg, y1.p, N, false, N, I,
+                          fp8::round4(T), nullptr);
+    cuda::ActSegments early = sg;
+    early.routed_early = true;
+    cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), q.p, s.p, early, y2.p, N, false, N, I,
+                          fp8::round4(T), nullptr);
+    auto a = y1.get(), b = y2.get();
+    auto hrow = row_token.get();
+    int checked = 0;
+    for (int r = 0; r < rows; ++r) {
+      if (skip_padding && hrow[r] < 0) continue;
+      for (int n = 0; n < N; ++n) ASSERT_EQ(a[size_t(r) * N + n], b[size_t(r) * N + n]) << "row " << r << " col " << n;
+      ++checked;
+    }
+    EXPECT_EQ(checked, skip_padding ? T * k : rows);
+  }
+}
+
 TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) {
   const int T = GetParam(), E = 8, k = 4, H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
   std::vector<int32_t> idx(size_t(T) * k);

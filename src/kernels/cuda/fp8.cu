@@ -78,6 +78,24 @@ __device__ inline int segment_of(const ActSegments& sg, int r) {
   return lo;
 }
 
+// Lane's 4 values of 128-block kb of the clamped SwiGLU of one row t [2I] (gate, up interleaved;
+// the first GEMM's output, read through L2: under PDL it was written by the kernel before), with
+// the expert's bias b [2I] added first when given; 0 past I.
+__device__ inline void swiglu_block4(const float* t, int kb, int I, float alpha, float limit, float (&v)[4],
+                                     const bf16* b = nullptr) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = kb * kB + lane * 4 + i;
+    v[i] = 0.0f;
+    if (c < I) {
+      float gt = __ldcg(t + 2 * c), up = __ldcg(t + 2 * c + 1);
+      if (b) gt += __bfloat162float(b[2 * c]), up += __bfloat162float(b[2 * c + 1]);
+      v[i] = swiglu_clamped(gt, up, alpha, limit);
+    }
+  }
+}
+
 // Scale offset of (row r, block kb) in a segment layout.
 __device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
   if (!sg.seg) return size_t(kb) * sg.ld + r;
@@ -271,16 +289,21 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
   for (int i = threadIdx.x; i < E; i += blockDim.x) lg[i] = __ldcg(logits + size_t(t) * E + i);
   __syncthreads();
   if (warp == 0) warp_topk_softmax(lg, E, k, idx + size_t(t) * k, w + size_t(t) * k);
-  // The last token to finish sorts every token's choices by expert (counter[T], reset likewise).
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(&counter[gridDim.x], 1) == int(gridDim.x) - 1;
-    if (last) counter[gridDim.x] = 0;
+  // The last token to finish sorts every token's choices by expert (counter[T], reset likewise);
+  // with one token (a batch-1 step) that is this block, without a second round trip.
+  if (gridDim.x > 1) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(&counter[gridDim.x], 1) == int(gridDim.x) - 1;
+      if (last) counter[gridDim.x] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+  } else {
+    __syncthreads();  // warp 0's idx and w, visible to the block
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
   moe_sort_block(idx, int(gridDim.x) * k, k, E, sorted.seg, sorted.row_token, sorted.pair_row, sorted.active,
                  reinterpret_cast<int*>(row));
 }
@@ -384,8 +407,8 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(con
   const bool grouped = sg.seg != nullptr;
   int e = 0;
   if (grouped) {  // the expert comes from the routing kernels
-    pdl_wait();
-    e = sg.active ? sg.active[blockIdx.y] : blockIdx.y;
+    if (!sg.routed_early) pdl_wait();
+    e = sg.active ? __ldcg(sg.active + blockIdx.y) : blockIdx.y;
   }
   const int n0 = (blockIdx.x * tiles_per_block + tile) * 16;
   const int KB = (K + kB - 1) / kB, per_split = (KB + ks - 1) / ks;
@@ -409,7 +432,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(con
     cp_async_commit();
   };
   for (int i = 0; i < S - 1; ++i) issue(kb0 + i);
-  if (!grouped) pdl_wait();
+  if (!grouped || sg.routed_early) pdl_wait();
   pdl_launch_dependents();
   if (e < 0) return;  // uniform over the block
   int s0 = grouped ? sg.seg[e] : 0, s1 = grouped ? sg.seg[e + 1] : sg.rows;
@@ -558,16 +581,7 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
   if (r >= sg.seg[sg.n]) return;
   const bf16* b = b1 ? b1 + size_t(segment_of(sg, r)) * 2 * I : nullptr;
   float v[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = kb * kB + lane * 4 + i;
-    v[i] = 0.0f;
-    if (c < I) {
-      float gt = t[size_t(r) * 2 * I + 2 * c], up = t[size_t(r) * 2 * I + 2 * c + 1];
-      if (b) gt += __bfloat162float(b[2 * c]), up += __bfloat162float(b[2 * c + 1]);
-      v[i] = swiglu_clamped(gt, up, alpha, limit);
-    }
-  }
+  swiglu_block4(t + size_t(r) * 2 * I, kb, I, alpha, limit, v, b);
   const float sc = warp_quantize_block128(v, kb * kB, I, q + size_t(r) * I);
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }

@@ -34,6 +34,11 @@ struct ActSegments {
   // Optional (grouped skinny GEMM): a bound on any segment's computed rows (0: none known): T real
   // rows with row_live, round4(T) without. A bound of 1 (batch 1) runs the one-row tile.
   int seg_rows_max = 0;
+  // Optional (grouped): seg and active were written at least two kernels back and every kernel in
+  // between waits (pdl_wait) before it lets its dependents start, so they are complete when this
+  // GEMM starts: it reads them and fills its weight ring before its own wait, overlapping the
+  // kernel before it (the experts' second GEMM, after the first or the SwiGLU).
+  bool routed_early = false;
 };
 
 // Activations x [.][K] fp32 -> codes q [rows][K] and scales (1x128 blocks). Row r reads x row
