@@ -414,7 +414,7 @@ struct GptOssCudaFp8::Impl {
       if (L.fused_qkv) {
         dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
         cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
-                                q.ptr, stream);
+                                q.ptr, stream, /*decode_rows=*/pass.prefill_slot < 0);
       } else {
         dense(pass, L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
         dense(pass, L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
@@ -433,7 +433,8 @@ struct GptOssCudaFp8::Impl {
                               // a window spans at most window / 64 + 2 pages
                               L.sliding ? std::min(pass.attn_splits, window / cuda::kPage + 2) : pass.attn_splits,
                               split_scratch.ptr, stream,
-                              {act_attn.q.ptr, act_attn.s.ptr, ld}, merge_tail ? d_merge_count.ptr : nullptr);
+                              {act_attn.q.ptr, act_attn.s.ptr, ld}, merge_tail ? d_merge_count.ptr : nullptr,
+                              /*decode_rows=*/pass.prefill_slot < 0);
       }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.

@@ -158,6 +158,7 @@ __device__ void moe_sort_block(const int32_t* idx, int P, int k, int E, int32_t*
 // Per-token row kernels: thread i of a block holds values i, i + THREADS, .. of a row in
 // registers (rows of up to kRowMax values), so a row is read in one wave of loads and reduced once.
 constexpr int kRowThreads = 1024, kRowMax = 4096, kRouteThreads = 256, kExpertsPerRouteBlock = kRouteThreads / 32;
+constexpr int kMaxTopK = 8;  // experts per token the combine stages
 
 // RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
 // past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
@@ -317,22 +318,38 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
                                                                        const bf16* gain, float eps, uint8_t* q,
                                                                        float* s, int ld) {
   extern __shared__ float row[];
-  pdl_wait();
-  pdl_launch_dependents();
   const int t = blockIdx.x;
+  // The token's choices and weights (the route kernel's) and its residual row (the o-projection's)
+  // were written at least three kernels back, and every kernel between waits before it releases
+  // its dependents: read before the wait, through L2. Only y comes from the kernel before.
+  // (In shared memory, not registers: a 1024-thread block at 64 registers a thread would need a
+  // whole SM to itself and could not start beside the GEMM before it.)
+  __shared__ int rows[kMaxTopK];
+  __shared__ float wt[kMaxTopK];
+  if (int(threadIdx.x) < k) {
+    rows[threadIdx.x] = __ldcg(pair_row + t * k + threadIdx.x);
+    wt[threadIdx.x] = __ldcg(w + t * k + threadIdx.x);
+  }
   float v[kRowMax / kRowThreads];
 #pragma unroll
   for (int j = 0; j < kRowMax / kRowThreads; ++j) {
     const int i = threadIdx.x + j * kRowThreads;
-    v[j] = 0.0f;
+    v[j] = i < H ? __ldcg(x + size_t(t) * H + i) : 0.0f;
+  }
+  __syncthreads();
+  pdl_wait();
+  pdl_launch_dependents();
+#pragma unroll
+  for (int j = 0; j < kRowMax / kRowThreads; ++j) {
+    const int i = threadIdx.x + j * kRowThreads;
     if (i >= H) continue;
     float acc = 0;
     for (int c = 0; c < k; ++c) {
-      float yv = y[size_t(pair_row[t * k + c]) * H + i];
+      float yv = y[size_t(rows[c]) * H + i];
       if (b2) yv += __bfloat162float(b2[size_t(idx[t * k + c]) * H + i]);
-      acc += w[t * k + c] * yv;
+      acc += wt[c] * yv;
     }
-    v[j] = x[size_t(t) * H + i] + acc;
+    v[j] = v[j] + acc;
     x[size_t(t) * H + i] = v[j];
   }
   rmsnorm_quantize_row<kRowThreads>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
@@ -632,6 +649,7 @@ void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const f
                       cudaStream_t st) {
   if (T == 0) return;
   check_row(H, "moe_combine_norm");
+  if (k > kMaxTopK) fail_plain("moe_combine_norm: at most " + std::to_string(kMaxTopK) + " experts per token");
   launch_pdl("norm", moe_combine_norm_kernel, T, kRowThreads, H * sizeof(float), st, x, y, pair_row, w, idx, b2, k, H, gain,
              eps, q, s, ld);
 }
@@ -671,9 +689,12 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
     const char* v = std::getenv("OSPREY_SKINNY_SPLITS");
     return v && std::string(v) == "fewest";
   }();
-  static const bool one_row = [] {  // OSPREY_SKINNY_ONE_ROW=0: no one-row instantiation (measuring)
+  // OSPREY_SKINNY_ONE_ROW (measuring): 0 never runs the one-row tile, "all" runs it for every
+  // one-row GEMM; by default only for those whose grid is one wave of it (the long unembedding
+  // keeps the 8-row tile at 2 blocks/SM: under ncu 170 us with it, 188 us with the one-row tile).
+  static const int one_row = [] {
     const char* v = std::getenv("OSPREY_SKINNY_ONE_ROW");
-    return !v || std::string(v) != "0";
+    return !v ? 1 : std::string(v) == "0" ? 0 : std::string(v) == "all" ? 2 : 1;
   }();
   // K-splits per 16-row tile: the fewest that give every SM a block; then more while every block
   // is still resident at once (one wave): the bytes in flight, i.e. the warps streaming at once,
@@ -695,7 +716,9 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   };
   // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
   const int rows_max = !sg.seg ? sg.rows : sg.seg_rows_max > 0 ? sg.seg_rows_max : 32;
-  if (rows_hint <= 8 && rows_max == 1 && one_row) run(fp8_skinny_kernel<1, 1, 3>, 1, 1);
+  const bool one_wave = blocks(1) <= size_t(3) * sms;  // the one-row tile runs 3 blocks per SM
+  if (rows_hint <= 8 && rows_max == 1 && (one_row == 2 || (one_row == 1 && one_wave)))
+    run(fp8_skinny_kernel<1, 1, 3>, 1, 1);
   else if (rows_hint <= 8) run(fp8_skinny_kernel<1, 8, 2>, 1, 8);
   else if (rows_hint <= 16) run(fp8_skinny_kernel<2, 16, 1>, 2, 16);
   else run(fp8_skinny_kernel<4, 32, 1>, 4, 32);

@@ -3,6 +3,8 @@
 // output for the next GEMM, and the tensor-core prefill (flash_prefill, below).
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -86,9 +88,12 @@ __global__ void kv_write_kernel(KvLayerView L, const float* k, const float* v, c
 // k heads rotated and v copied into the cache as BF16 (the arithmetic of rope and kv_write).
 __global__ void qkv_rope_to_cache_kernel(KvLayerView L, const float* qkv, const int32_t* slots,
                                          const int32_t* positions, const float* inv_freq, float c, int heads,
-                                         float* q) {
+                                         float* q, bool release_early) {
+  // release_early (decode): the attention after this kernel reads nothing of the kernels before
+  // it until its own wait, which covers this kernel and so them; so it may start at once.
+  if (release_early) pdl_launch_dependents();
   pdl_wait();
-  pdl_launch_dependents();
+  if (!release_early) pdl_launch_dependents();
   const int t = blockIdx.x, d = L.d, half = d / 2, kvh = L.kv_heads, width = (heads + 2 * kvh) * d;
   const float* src = qkv + size_t(t) * width;
   const int pos = positions[t];
@@ -234,10 +239,9 @@ __device__ void merge_splits_warp(const float* scratch, int r, int kb, int heads
 __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, const float* q, const bf16* sinks,
                                                               const int32_t* slots, const int32_t* positions, int heads,
                                                               int window, float scale, int splits, float* scratch,
-                                                              int32_t* merge_count, float* out, Quantized1x128 quant) {
+                                                              int32_t* merge_count, float* out, Quantized1x128 quant,
+                                                              bool early_kv) {
   extern __shared__ float states[];  // W > 1: [W][32 lanes][36] = m[2], l[2], acc[8][4]
-  pdl_wait();  // K/V and q come from the kernel before: coherent (.cg) loads only
-  pdl_launch_dependents();
   constexpr int D = 64, kState = 36;
   const int g_kv = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, c = lane & 3;
@@ -249,6 +253,42 @@ __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, con
   const int ta = tile_lo + sp * per, tb = min(tile_hi, ta + per);
   const bool ok_r[2] = {g < group, g + 8 < group};
   const int head_r[2] = {g_kv * group + g, g_kv * group + g + 8};
+  auto valid = [&](int key) { return key >= first && key <= pos; };
+
+  // Tile t's keys and values straight into MMA fragments, one memory round trip.
+  uint4 kf[8][2], vf[4][4];
+  auto load_tile = [&](int t) {
+    const int j0 = t * kDecKeys;
+    const size_t page_row = L.page_table ? size_t(__ldcg(L.page_table + size_t(slot) * L.max_pages + t)) * kPage : 0;
+    auto row_of = [&](int key) -> size_t {
+      return L.page_table ? page_row + (key - j0) : size_t(slot) * L.ring + (key % L.ring);
+    };
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int key = j0 + n * 8 + g;
+      const bf16* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        kf[n][j] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(kp + 32 * j)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
+        vf[kk][i] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(L.v + row_of(key) * kvn + size_t(g_kv) * D + 8 * g))
+                               : make_uint4(0, 0, 0, 0);
+      }
+  };
+  // early_kv (decode rows: the kernel before wrote only each row's own newest position): a warp's
+  // first tile, when it is not the tile of that position, holds keys of earlier steps only and is
+  // loaded before the wait, while the kernels before this one finish (slots, positions and page
+  // tables were copied before the step).
+  const int t_first = ta + warp;
+  const bool early = early_kv && t_first < tb && t_first < tile_hi - 1;
+  if (early) load_tile(t_first);
+  pdl_wait();  // q and the newest K/V come from the kernel before: coherent (.cg) loads only
+  pdl_launch_dependents();
 
   // Q * scale as A fragments: k-step ks = 2j + h holds dims 32j + 8c + 4h + {0,1} (a0/a1) and
   // + {2,3} (a2/a3); rows g (a0, a2) and g + 8 (a1, a3).
@@ -274,32 +314,9 @@ __global__ void __launch_bounds__(256) paged_decode_tc_kernel(KvLayerView L, con
 #pragma unroll
   for (int i = 0; i < 2; ++i) m[i] = (sink_here && ok_r[i]) ? __bfloat162float(sinks[head_r[i]]) : -FLT_MAX;
 
-  for (int t = ta + warp; t < tb; t += W) {
+  for (int t = t_first; t < tb; t += W) {
     const int j0 = t * kDecKeys;
-    const size_t page_row = L.page_table ? size_t(L.page_table[size_t(slot) * L.max_pages + t]) * kPage : 0;
-    auto row_of = [&](int key) -> size_t {
-      return L.page_table ? page_row + (key - j0) : size_t(slot) * L.ring + (key % L.ring);
-    };
-    auto valid = [&](int key) { return key >= first && key <= pos; };
-    uint4 kf[8][2];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const int key = j0 + n * 8 + g;
-      const bf16* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        kf[n][j] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(kp + 32 * j)) : make_uint4(0, 0, 0, 0);
-    }
-    // Values, loaded with the keys: one memory round trip per tile.
-    uint4 vf[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
-        vf[kk][i] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(L.v + row_of(key) * kvn + size_t(g_kv) * D + 8 * g))
-                               : make_uint4(0, 0, 0, 0);
-      }
+    if (t != t_first || !early) load_tile(t);
     // S = (Q K^T) * scale: rows g (s[n][0..1]) and g + 8 (s[n][2..3]), keys j0 + 8n + 2c + {0,1}.
     float s[8][4];
 #pragma unroll
@@ -425,9 +442,24 @@ void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_
 }
 
 void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
-                       const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s) {
+                       const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s,
+                       bool decode_rows) {
   if (rows == 0) return;
-  launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 1024, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q);
+  static const bool early = [] {  // OSPREY_ROPE_RELEASE_EARLY=0 (measuring)
+    const char* v = std::getenv("OSPREY_ROPE_RELEASE_EARLY");
+    return !v || std::string(v) != "0";
+  }();
+  launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 1024, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q,
+             decode_rows && early);
+}
+
+// OSPREY_ATTN_PREFETCH=0 (measuring): decode attention loads every tile after its PDL wait.
+bool attn_prefetch() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSPREY_ATTN_PREFETCH");
+    return !v || std::string(v) != "0";
+  }();
+  return on;
 }
 
 // ~1024 warps in flight over all (row, KV head) pairs: up to 8 warps per block, then splits.
@@ -439,7 +471,7 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits) {
 
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
-                     cudaStream_t s, const Quantized1x128 quant, int32_t* merge_count) {
+                     cudaStream_t s, const Quantized1x128 quant, int32_t* merge_count, bool decode_rows) {
   if (rows == 0) return;
   if (heads % L.kv_heads) fail_plain("paged_attention: heads must be a multiple of kv_heads");
   if (L.d % 4) fail_plain("paged_attention: head_dim must be a multiple of 4");
@@ -450,7 +482,8 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
     while (W < kMaxWarpsPerSplit && size_t(rows) * L.kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
     const bool tail = merge_count && group * L.d % 128 == 0;
     launch_pdl("attn", paged_decode_tc_kernel, grid, 32 * W, W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s, L, q,
-               sinks, slot, pos, heads, window, scale, splits, scratch, tail ? merge_count : nullptr, out, quant);
+               sinks, slot, pos, heads, window, scale, splits, scratch, tail ? merge_count : nullptr, out, quant,
+               decode_rows && attn_prefetch());
     if (tail) return;
   } else {
     const int warps = group < 8 ? group : 8;

@@ -25,9 +25,12 @@ void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_
 
 // A fused QKV GEMM output qkv [rows][(heads + 2 kv_heads) d]: q heads YaRN-rotated into q
 // [rows][heads][d]; k heads rotated and v written to the cache at (slot[r], pos[r]) as BF16
-// (rope + kv_write in one kernel; the same arithmetic).
+// (rope + kv_write in one kernel; the same arithmetic). decode_rows: the rows are decode rows (each
+// its slot's newest position) and the next kernel is paged_attention with decode_rows, which may
+// then start before this kernel waits on the one before it.
 void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
-                       const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s);
+                       const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s,
+                       bool decode_rows = false);
 
 // Where a kernel writes its output rows quantized for the next FP8 GEMM: codes [rows][K] and
 // 1x128 scales [K/128][ld] (formats/fp8.h's activation layout). q == null: not wanted.
@@ -45,10 +48,13 @@ struct Quantized1x128 {
 // null when `quant` takes the output (quantized as quantize_act_1x128 would). merge_count
 // (optional; d = 64 with whole 128-column blocks per KV head): rows x kv_heads counters, zero before
 // the first call and left zero: the block that finishes the last split of a (row, KV head) merges
-// it in its tail, bit-identical to the merge kernel, which is then not launched.
+// it in its tail, bit-identical to the merge kernel, which is then not launched. decode_rows: each
+// row is its slot's newest position and the kernel before wrote no other K/V of these slots; the
+// d = 64 kernel then loads tiles of earlier positions before its PDL wait.
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
-                     cudaStream_t s, Quantized1x128 quant = {}, int32_t* merge_count = nullptr);
+                     cudaStream_t s, Quantized1x128 quant = {}, int32_t* merge_count = nullptr,
+                     bool decode_rows = false);
 // The split count for a decode step of `rows` rows: with up to 8 warps per split, enough warps
 // over all (row, KV head) pairs to keep the memory system busy (~1024); at most max_splits.
 int decode_attention_splits(int rows, int kv_heads, int max_splits);
