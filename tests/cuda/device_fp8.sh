@@ -19,8 +19,12 @@ $T ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} 2>&1 | tee $OUT/kernel_tests.log 
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   echo "== compute-sanitizer memcheck / racecheck (FP8 kernel tests, small shapes)"
   F='CudaFp8.*:Awkward/Fp8Tokens.*:Shapes/LtRows.CublasLtBlockScaledMatchesCpuEmulation/0:Shapes/LtRows.CublasLtBlockScaledMatchesCpuEmulation/1'
-  compute-sanitizer --tool memcheck --print-limit 5 $T --gtest_filter="$F" 2>&1 | tail -3
-  compute-sanitizer --tool racecheck --print-limit 5 $T --gtest_filter="$F" 2>&1 | grep -E "RACECHECK|Race|hazard|in [a-zA-Z_:<>0-9]+\(|Test|PASSED" | grep -v "^\[ RUN\|OK \]" | head -16
+  compute-sanitizer --tool memcheck --print-limit 5 $T --gtest_filter="$F" > $OUT/memcheck.log 2>&1
+  tail -3 $OUT/memcheck.log
+  compute-sanitizer --tool racecheck --print-limit 500 $T --gtest_filter="$F" > $OUT/racecheck.log 2>&1
+  # cuBLASLt's own kernels (nvjet_*) report shared-memory hazards; ours should report none.
+  echo "racecheck: $(grep -c 'Race reported' $OUT/racecheck.log) race reports, $(grep 'Race reported' $OUT/racecheck.log | grep -vc nvjet) outside cuBLASLt's nvjet kernels"
+  grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -4
 fi
 fi
 [ -n "${KERNELS_ONLY:-}" ] && exit 0
