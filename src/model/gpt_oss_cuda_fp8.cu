@@ -337,16 +337,10 @@ struct GptOssCudaFp8::Impl {
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
   // OSPREY_EARLY_RING=0 (measuring): the experts' second GEMM fills its weight ring after its
   // PDL wait instead of before it.
-  const bool early_ring = [] {
-    const char* v = std::getenv("OSPREY_EARLY_RING");
-    return !v || std::string(v) != "0";
-  }();
+  const bool early_ring = cuda::env_switch("OSPREY_EARLY_RING");
   // Decode attention merges its splits in the attention kernel's tail (no merge kernel);
   // OSPREY_MERGE_TAIL=0 launches the merge kernel instead (measuring).
-  const bool merge_tail = [] {
-    const char* v = std::getenv("OSPREY_MERGE_TAIL");
-    return !v || std::string(v) != "0";
-  }();
+  const bool merge_tail = cuda::env_switch("OSPREY_MERGE_TAIL");
 
   // Dense GEMM y [T][N] (+)= x . W^T + bias; the T activation rows already quantized: codes xq
   // [T][K], scales xs [K/128][ld]. From 32 rows on, cuBLASLt (prefill chunks and decode buckets of

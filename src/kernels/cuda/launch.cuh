@@ -3,9 +3,14 @@
 // it reads anything that kernel wrote and before it writes anything (pdl_wait returns once the
 // previous kernel has finished and its writes are visible). Work that reads only weights can go
 // before the wait: that is what hides a decode step's kernel boundaries. Every kernel launched
-// with launch_pdl calls pdl_wait() on every path, so the waits chain: kernel n + 1 never overtakes
-// kernel n - 1. Kernels also call pdl_launch_dependents() early, which lets the next kernel's
-// blocks be scheduled.
+// with launch_pdl calls pdl_wait() on every path, so the waits chain. Kernels call
+// pdl_launch_dependents() early, which lets the next kernel's blocks be scheduled, and normally
+// after their own wait: then kernel n + 1 starts only once kernel n - 1 has finished, so what
+// kernels n - 1 and earlier wrote may be read before the wait (the experts' second GEMM reads the
+// route's expert list there, the combine the route's choices and the residual). The one kernel
+// that releases before its wait is the decode rope kernel (qkv_rope_to_cache with decode_rows),
+// whose dependent, the decode attention, reads before its wait only what the step's host copies
+// and earlier steps wrote.
 #pragma once
 #include <algorithm>
 #include <cstdlib>

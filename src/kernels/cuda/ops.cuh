@@ -3,6 +3,7 @@
 // All launchers are asynchronous on the given stream and check the launch.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +31,12 @@ namespace osprey::cuda {
   } while (0)
 
 using bf16 = __nv_bfloat16;
+
+// A measuring switch (the A/B runs in docs/PERF.md): on unless the environment sets `name` to "0".
+inline bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  return !v || std::string(v) != "0";
+}
 
 // out[t] = table[tokens[t]]            table [vocab][H] bf16, out [T][H] fp32
 void embedding(const bf16* table, const int32_t* tokens, float* out, int T, int H, cudaStream_t s);

@@ -3,8 +3,6 @@
 // output for the next GEMM, and the tensor-core prefill (flash_prefill, below).
 #include <algorithm>
 #include <cfloat>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -446,20 +444,14 @@ void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* sl
                        const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s,
                        bool decode_rows) {
   if (rows == 0) return;
-  static const bool early = [] {  // OSPREY_ROPE_RELEASE_EARLY=0 (measuring)
-    const char* v = std::getenv("OSPREY_ROPE_RELEASE_EARLY");
-    return !v || std::string(v) != "0";
-  }();
+  static const bool early = env_switch("OSPREY_ROPE_RELEASE_EARLY");  // measuring
   launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 1024, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q,
              decode_rows && early);
 }
 
 // OSPREY_ATTN_PREFETCH=0 (measuring): decode attention loads every tile after its PDL wait.
 bool attn_prefetch() {
-  static const bool on = [] {
-    const char* v = std::getenv("OSPREY_ATTN_PREFETCH");
-    return !v || std::string(v) != "0";
-  }();
+  static const bool on = env_switch("OSPREY_ATTN_PREFETCH");
   return on;
 }
 
