@@ -33,6 +33,10 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+std::vector<int32_t> ModelRunner::run_select(const StepPlan&, std::span<const TokenChoice>) {
+  fail("this model runner does not select tokens itself");
+}
+
 std::vector<std::vector<float>> CpuModelRunner::run(const StepPlan& plan) {
   std::vector<SequenceChunk> chunks;
   for (const ScheduledChunk& c : plan.chunks)
@@ -175,9 +179,25 @@ void Engine::step() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
+  // The runner selects the tokens when it can and no sampling sequence constrains its logits;
+  // the choices carry each sequence's draw, taken in the order sample() would take it.
+  const bool runner_selects =
+      runner_->selects_tokens() && std::none_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+        return c.sample && c.seq->constraint;
+      });
   std::vector<std::vector<float>> logits;
+  std::vector<int32_t> selected;
   try {
-    logits = runner_->run(plan);
+    if (runner_selects) {
+      std::vector<TokenChoice> choices;
+      for (const ScheduledChunk& c : plan.chunks)
+        if (c.sample) choices.push_back(c.seq->sampler->next_choice());
+      selected = runner_->run_select(plan, choices);
+      if (selected.size() != choices.size())
+        fail("the model runner selected {} tokens for {} sampling sequences", selected.size(), choices.size());
+    } else {
+      logits = runner_->run(plan);
+    }
   } catch (const std::exception& e) {
     log_info("engine step failed: {}", e.what());
     for (auto& c : plan.chunks) finish(c.seq->id, FinishReason::Error, e.what());
@@ -190,9 +210,14 @@ void Engine::step() {
     Sequence& s = *c.seq;
     s.num_computed = c.start + c.count;
     if (!c.sample) continue;
-    std::vector<float>& lg = logits[li++];
-    if (s.constraint) s.constraint->apply(std::span(s.tokens).subspan(size_t(s.prompt_len)), lg);
-    const int32_t tok = s.sampler->sample(lg);
+    int32_t tok;
+    if (runner_selects) {
+      tok = selected[li++];
+    } else {
+      std::vector<float>& lg = logits[li++];
+      if (s.constraint) s.constraint->apply(std::span(s.tokens).subspan(size_t(s.prompt_len)), lg);
+      tok = s.sampler->sample(lg);
+    }
     s.tokens.push_back(tok);
     std::shared_ptr<RequestHandle> h;
     {

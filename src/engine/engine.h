@@ -30,6 +30,12 @@ class ModelRunner {
   virtual void release(int64_t seq_id) {}
   // Whether the model reads and writes the engine's paged KV (false: the pool only counts blocks).
   virtual bool uses_host_kv() const { return true; }
+  // Runners that can select tokens themselves (on the GPU, without copying logits to the host)
+  // say so and implement run_select: the token of every chunk that samples, in plan order, as
+  // choose_token would pick it from that chunk's logits with choices[i]. The engine uses it for
+  // steps whose sampling sequences have no logit constraint.
+  virtual bool selects_tokens() const { return false; }
+  virtual std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices);
 };
 
 class CpuModelRunner final : public ModelRunner {

@@ -17,12 +17,30 @@ struct SamplingParams {
 
 int32_t argmax(std::span<const float> logits);  // lowest index on ties
 
+// One token choice handed to whoever selects the token (the host, or a model runner that selects
+// on the device): the request's parameters and, for sampling, the uniform draw in [0, 1) that the
+// request's generator produced for this token.
+struct TokenChoice {
+  SamplingParams params;
+  double u = 0.0;
+};
+
+// The token a choice selects from logits: argmax when greedy, else sample_from(logits, params, u).
+int32_t choose_token(std::span<const float> logits, const TokenChoice& choice);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
+  // draw() then sample_from(), or argmax when greedy (no draw).
   int32_t sample(std::span<const float> logits);
+  // The choice for the next token: the parameters and, unless greedy, the next draw (this advances
+  // the generator exactly as sample() would).
+  TokenChoice next_choice();
+  // Temperature, top-k, top-p sampling with the uniform draw u in [0, 1).
+  static int32_t sample_from(std::span<const float> logits, const SamplingParams& p, double u);
 
  private:
+  double draw();  // 53 random bits -> [0, 1)
   SamplingParams p_;
   std::mt19937_64 rng_;
 };

@@ -1,5 +1,7 @@
 #include "engine/slot_runner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
@@ -27,9 +29,8 @@ void SlotModelRunner::release(int64_t seq_id) {
   slot_of_.erase(it);
 }
 
-std::vector<std::vector<float>> SlotModelRunner::run(const StepPlan& plan) {
-  // Logits per chunk (empty when it does not sample), filled out of order, returned in plan order.
-  std::vector<std::vector<float>> per_chunk(plan.chunks.size());
+template <typename Prefilled, typename DecodeBatch>
+void SlotModelRunner::walk(const StepPlan& plan, Prefilled&& prefilled, DecodeBatch&& decode_batch) {
   std::vector<int32_t> dec_slots, dec_tokens;
   std::vector<size_t> dec_chunk;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -46,17 +47,56 @@ std::vector<std::vector<float>> SlotModelRunner::run(const StepPlan& plan) {
       continue;
     }
     std::vector<float> lg = model_.prefill(slot, toks);
-    if (c.sample) per_chunk[i] = std::move(lg);
+    if (c.sample) prefilled(i, std::move(lg));
   }
-  if (!dec_slots.empty()) {
-    std::vector<std::vector<float>> lg = model_.decode(dec_slots, dec_tokens);
-    for (size_t j = 0; j < dec_chunk.size(); ++j)
-      if (plan.chunks[dec_chunk[j]].sample) per_chunk[dec_chunk[j]] = std::move(lg[j]);
-  }
+  if (!dec_slots.empty()) decode_batch(dec_slots, dec_tokens, dec_chunk);
+}
+
+std::vector<std::vector<float>> SlotModelRunner::run(const StepPlan& plan) {
+  // Logits per chunk (empty when it does not sample), filled out of order, returned in plan order.
+  std::vector<std::vector<float>> per_chunk(plan.chunks.size());
+  walk(
+      plan, [&](size_t i, std::vector<float> lg) { per_chunk[i] = std::move(lg); },
+      [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
+        std::vector<std::vector<float>> lg = model_.decode(slots, tokens);
+        for (size_t j = 0; j < chunk.size(); ++j)
+          if (plan.chunks[chunk[j]].sample) per_chunk[chunk[j]] = std::move(lg[j]);
+      });
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < plan.chunks.size(); ++i)
     if (plan.chunks[i].sample) out.push_back(std::move(per_chunk[i]));
   return out;
+}
+
+std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span<const TokenChoice> choices) {
+  // choices[k] belongs to the k-th sampling chunk in plan order.
+  std::vector<int> choice_of(plan.chunks.size(), -1);
+  int k = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i)
+    if (plan.chunks[i].sample) choice_of[i] = k++;
+  if (k != int(choices.size())) fail("run_select: {} choices for {} sampling chunks", choices.size(), k);
+  std::vector<int32_t> out(size_t(k), -1);
+  walk(
+      plan, [&](size_t i, std::vector<float> lg) { out[size_t(choice_of[i])] = choose_token(lg, choices[size_t(choice_of[i])]); },
+      [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
+        std::vector<TokenChoice> dec(chunk.size());  // a decode chunk that does not sample: greedy, ignored
+        for (size_t j = 0; j < chunk.size(); ++j)
+          if (choice_of[chunk[j]] >= 0) dec[j] = choices[size_t(choice_of[chunk[j]])];
+          else dec[j].params.temperature = 0.0f;
+        std::vector<int32_t> ids = model_.decode_select(slots, tokens, dec);
+        if (ids.size() != chunk.size()) fail("decode_select returned {} tokens for {} slots", ids.size(), chunk.size());
+        for (size_t j = 0; j < chunk.size(); ++j)
+          if (choice_of[chunk[j]] >= 0) out[size_t(choice_of[chunk[j]])] = ids[j];
+      });
+  return out;
+}
+
+std::vector<int32_t> SlotModel::decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                              std::span<const TokenChoice> choices) {
+  std::vector<std::vector<float>> lg = decode(slots, tokens);
+  std::vector<int32_t> ids(lg.size());
+  for (size_t j = 0; j < lg.size(); ++j) ids[j] = choose_token(lg[j], choices[j]);
+  return ids;
 }
 
 CpuSlotModel::CpuSlotModel(const GptOssCpuModel& model, int slots) : model_(model) {
@@ -85,6 +125,12 @@ std::vector<float> CudaSlotModel::prefill(int slot, std::span<const int32_t> tok
 }
 std::vector<std::vector<float>> CudaSlotModel::decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
   return model_.decode_logits(slots, tokens);
+}
+std::vector<int32_t> CudaSlotModel::decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                                  std::span<const TokenChoice> choices) {
+  const bool greedy = std::all_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.params.greedy(); });
+  if (greedy) return model_.decode_argmax(slots, tokens);
+  return SlotModel::decode_select(slots, tokens, choices);
 }
 
 }  // namespace osprey

@@ -22,12 +22,18 @@ class SlotModel {
   virtual std::vector<float> prefill(int slot, std::span<const int32_t> tokens) = 0;
   // One token for each slot (distinct); logits [B][vocab] in the same order.
   virtual std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) = 0;
+  // The same step, returning the next token of each slot as choose_token picks it with choices[i].
+  // This default selects on the host from decode()'s logits; a GPU model selects on the device.
+  virtual std::vector<int32_t> decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                             std::span<const TokenChoice> choices);
 };
 
 class SlotModelRunner final : public ModelRunner {
  public:
   explicit SlotModelRunner(SlotModel& model) : model_(model) {}
   std::vector<std::vector<float>> run(const StepPlan& plan) override;
+  bool selects_tokens() const override { return true; }
+  std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices) override;
   const GptOssConfig& config() const override { return model_.config(); }
   void release(int64_t seq_id) override;
   bool uses_host_kv() const override { return false; }
@@ -35,6 +41,10 @@ class SlotModelRunner final : public ModelRunner {
 
  private:
   int slot_for(int64_t seq_id);
+  // Runs the plan's prompt chunks slot by slot (prefill(i, logits) for each chunk i that samples)
+  // and its decode chunks as one batch (decode(slots, tokens, chunk indices)).
+  template <typename Prefilled, typename DecodeBatch>
+  void walk(const StepPlan& plan, Prefilled&& prefilled, DecodeBatch&& decode_batch);
   SlotModel& model_;
   std::unordered_map<int64_t, int> slot_of_;
   std::vector<int> free_;
@@ -70,6 +80,10 @@ class CudaSlotModel final : public SlotModel {
   void release(int slot) override;
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens) override;
   std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) override;
+  // Greedy steps take the argmax computed on the GPU in the step's graph (no logits copied);
+  // steps with a sampling row copy the logits and sample on the host.
+  std::vector<int32_t> decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                     std::span<const TokenChoice> choices) override;
 
  private:
   GptOssCudaFp8& model_;

@@ -1,3 +1,4 @@
+#include <cmath>
 // Paged KV and batched forward (bitwise equal to one sequence at a time), the scheduler's plans
 // (chunked prefill, decode-first, preemption when blocks run out), and the engine end to end.
 #include <gtest/gtest.h>
@@ -158,6 +159,60 @@ TEST_F(EngineTest, SlotRunnerMatchesGenerateAndFreesSlots) {
   expect_cancel_frees_blocks(engine, 40);
   EXPECT_EQ(r->slots_in_use(), 0);
   EXPECT_GT(engine.metrics().preemptions, 0u);  // the small pool did force recomputes
+}
+
+// The slot runner selects tokens itself (run_select, as a GPU model does on the device): seeded
+// sampling gives exactly the tokens of the same engine fed logits (the draws are taken in the same
+// order), and a request with a logit constraint still goes through the logits (its tokens obey it).
+TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
+  // The same runner with run_select hidden: the engine samples from run()'s logits.
+  class LogitsOnly final : public ModelRunner {
+   public:
+    explicit LogitsOnly(std::unique_ptr<SlotModelRunner> r) : r_(std::move(r)) {}
+    std::vector<std::vector<float>> run(const StepPlan& plan) override { return r_->run(plan); }
+    const GptOssConfig& config() const override { return r_->config(); }
+    void release(int64_t id) override { r_->release(id); }
+    bool uses_host_kv() const override { return false; }
+
+   private:
+    std::unique_ptr<SlotModelRunner> r_;
+  };
+  // Only even token ids.
+  class EvenOnly final : public TokenConstraint {
+   public:
+    void apply(std::span<const int32_t>, std::span<float> logits) override {
+      for (size_t i = 1; i < logits.size(); i += 2) logits[i] = -INFINITY;
+    }
+  };
+  CpuSlotModel slots_a(*model_, 4), slots_b(*model_, 4);
+  EngineConfig ec{.max_batch = 4, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 64, .kv_block_size = 4, .kv_blocks = 64};
+  Engine selecting(std::make_unique<SlotModelRunner>(slots_a), ec);
+  Engine from_logits(std::make_unique<LogitsOnly>(std::make_unique<SlotModelRunner>(slots_b)), ec);
+  const std::vector<SamplingParams> params = {
+      {.temperature = 0}, {.temperature = 0.8f, .seed = 5}, {.temperature = 1.2f, .top_k = 7, .seed = 6},
+      {.temperature = 0.9f, .top_p = 0.6f, .seed = 7}};
+  auto tokens_of = [](const std::shared_ptr<RequestHandle>& h) {
+    std::vector<int32_t> got;
+    TokenEvent ev;
+    while (h->next(ev))
+      if (ev.token >= 0) got.push_back(ev.token);
+    return got;
+  };
+  std::vector<std::shared_ptr<RequestHandle>> a, b;
+  for (size_t i = 0; i < params.size(); ++i) {
+    a.push_back(selecting.submit({.prompt = prompt(6 + int(i), int(i)), .max_tokens = 12, .sampling = params[i]}));
+    b.push_back(from_logits.submit({.prompt = prompt(6 + int(i), int(i)), .max_tokens = 12, .sampling = params[i]}));
+  }
+  auto constrained = selecting.submit({.prompt = prompt(5, 9), .constraint = std::make_shared<EvenOnly>(),
+                                       .max_tokens = 12, .sampling = {.temperature = 1.0f, .seed = 8}});
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<int32_t> ta = tokens_of(a[i]), tb = tokens_of(b[i]);
+    EXPECT_EQ(ta.size(), 12u);
+    EXPECT_EQ(ta, tb) << "request " << i;
+  }
+  const std::vector<int32_t> tc = tokens_of(constrained);
+  ASSERT_EQ(tc.size(), 12u);
+  for (int32_t t : tc) EXPECT_EQ(t % 2, 0);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <random>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -25,6 +26,26 @@ TEST(Sampler, SeededAndReproducible) {
   }
   EXPECT_EQ(ra, rb);
   EXPECT_NE(ra, rc);
+}
+
+// The choice handed to a token-selecting runner reproduces sample(): next_choice() draws as
+// sample() does (none when greedy) and choose_token() selects as sample() would with that draw.
+TEST(Sampler, NextChoiceThenChooseTokenEqualsSample) {
+  const std::vector<SamplingParams> params = {{.temperature = 0, .seed = 1},
+                                              {.temperature = 0.7f, .seed = 2},
+                                              {.temperature = 1.3f, .top_k = 3, .seed = 3},
+                                              {.temperature = 1.0f, .top_p = 0.8f, .seed = 4},
+                                              {.temperature = 0.5f, .top_p = 0.5f, .top_k = 20, .seed = 5}};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (const SamplingParams& p : params) {
+    Sampler a(p), b(p);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<float> l(50);
+      for (auto& x : l) x = nd(rng);
+      EXPECT_EQ(choose_token(l, b.next_choice()), a.sample(l)) << "temperature " << p.temperature << " step " << i;
+    }
+  }
 }
 
 TEST(Sampler, FrequenciesFollowTheTemperedSoftmax) {
