@@ -38,6 +38,27 @@ struct DevFp8 {
   explicit DevFp8(const fp8::Matrix& m) : q(m.q), s(m.scales) {}
 };
 
+// E random expert matrices [E][N][K] (bf16 with seeds seed, seed + 1, ..), quantized on the host.
+fp8::Matrix random_experts(int E, int N, int K, uint32_t seed) {
+  fp8::Matrix all;
+  all.allocate(E, N, K);
+  for (int e = 0; e < E; ++e) {
+    fp8::Matrix m = cpu_quantize(randbf(size_t(N) * K, seed + e), N, K);
+    std::copy(m.q.begin(), m.q.end(), all.q.begin() + size_t(e) * N * K);
+    std::copy(m.scales.begin(), m.scales.end(), all.scales.begin() + size_t(e) * all.scales_per_matrix());
+  }
+  return all;
+}
+
+// The (token, choice) pairs `choices` [T][k] and their sort by expert on the device (moe_sort).
+struct DevSortedPairs {
+  Dev<int32_t> idx, seg, row_token, pair_row, active;
+  DevSortedPairs(const std::vector<int32_t>& choices, int T, int k, int E)
+      : idx(choices), seg(E + 1), row_token(cuda::moe_rows_max(T, k, E)), pair_row(choices.size()), active(E) {
+    cuda::moe_sort(idx.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  }
+};
+
 void expect_same_fp8(const fp8::Matrix& ref, const std::vector<uint8_t>& q, const std::vector<float>& s) {
   for (size_t i = 0; i < ref.q.size(); ++i) ASSERT_EQ(q[i], ref.q[i]) << "code " << i;
   for (int rb = 0; rb < fp8::blocks(ref.rows); ++rb)
@@ -131,18 +152,12 @@ TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
     for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = e[j];
   }
   std::vector<fp8::Matrix> Ws;
-  fp8::Matrix all;
-  all.allocate(E, N, K);
-  for (int e = 0; e < E; ++e) {
-    fp8::Matrix m = cpu_quantize(randbf(size_t(N) * K, 40 + e), N, K);
-    std::copy(m.q.begin(), m.q.end(), all.q.begin() + size_t(e) * N * K);
-    std::copy(m.scales.begin(), m.scales.end(), all.scales.begin() + size_t(e) * all.scales_per_matrix());
-  }
+  const fp8::Matrix all = random_experts(E, N, K, 40);
   auto bias = randbf(size_t(E) * N, 37);
   auto x = randf(size_t(T) * K, 38, 2.0f);
   const int P = cuda::moe_rows_max(T, k, E);
-  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
-  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  DevSortedPairs sorted(idx, T, k, E);
+  auto& [di, seg, row_token, pair_row, active] = sorted;
   {
     auto act = active.get();
     std::vector<int32_t> want;
@@ -559,8 +574,8 @@ TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (t + 3 * j) % E;
   const int P = cuda::moe_rows_max(T, k, E);
-  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
-  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  DevSortedPairs sorted(idx, T, k, E);
+  auto& [di, seg, row_token, pair_row, active] = sorted;
   const cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
   auto hseg = seg.get();
   const int rows = hseg[E];
@@ -592,16 +607,10 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (t + 3 * j) % E;
   const int P = cuda::moe_rows_max(T, k, E);
-  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
-  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  DevSortedPairs sorted(idx, T, k, E);
+  auto& [di, seg, row_token, pair_row, active] = sorted;
   const int rows = seg.get()[E];
-  fp8::Matrix all;
-  all.allocate(E, N, I);
-  for (int e = 0; e < E; ++e) {
-    fp8::Matrix m = cpu_quantize(randbf(size_t(N) * I, 140 + e), N, I);
-    std::copy(m.q.begin(), m.q.end(), all.q.begin() + size_t(e) * N * I);
-    std::copy(m.scales.begin(), m.scales.end(), all.scales.begin() + size_t(e) * all.scales_per_matrix());
-  }
+  const fp8::Matrix all = random_experts(E, N, I, 140);
   DevFp8 dW(all);
   Dev<bf16> db(randbf(size_t(E) * N, 139));
   Dev<float> dt(randf(size_t(P) * 2 * I, 138, 12.0f)), s(size_t(P) * fp8::blocks(I) + 64);
@@ -636,8 +645,8 @@ TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) {
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (2 * t + j) % E;
   const int P = cuda::moe_rows_max(T, k, E);
-  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
-  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  DevSortedPairs sorted(idx, T, k, E);
+  auto& [di, seg, row_token, pair_row, active] = sorted;
   auto x = randf(size_t(T) * H, 130, 3.0f), y = randf(size_t(P) * H, 131, 2.0f), w = randf(size_t(T) * k, 132, 1.0f);
   auto b2 = randbf(size_t(E) * H, 133), g = randbf(H, 134);
   auto pr = pair_row.get();
