@@ -7,8 +7,9 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
-#include <string>
+#include <map>
 #include <mutex>
+#include <string>
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/device_math.cuh"
@@ -661,6 +662,19 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
   launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s, sg);
 }
 
+// Blocks of kSkinnyWarps warps of `kernel` an SM holds with `smem` bytes of dynamic shared memory,
+// asked of the runtime once per (kernel, smem): the launcher needs it on every call.
+static int resident_blocks_per_sm(const void* kernel, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find({kernel, smem}); it != known.end()) return it->second;
+  int n = 0;
+  OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kSkinnyWarps * 32, smem));
+  known.emplace(std::pair{kernel, smem}, n);
+  return n;
+}
+
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
                      int rows_hint, cudaStream_t st) {
@@ -705,8 +719,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
     int ks = 1;
     while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
     if (!fewest) {
-      int per_sm = 0;
-      OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyWarps * 32, smem));
+      const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
       while (ks < kSkinnyWarps && ks * 2 <= KB && blocks(ks * 2) <= size_t(per_sm) * sms) ks *= 2;
     }
     const int tiles_per_block = kSkinnyWarps / ks;
