@@ -130,7 +130,12 @@ std::vector<int32_t> CudaSlotModel::decode_select(std::span<const int32_t> slots
                                                   std::span<const TokenChoice> choices) {
   const bool greedy = std::all_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.params.greedy(); });
   if (greedy) return model_.decode_argmax(slots, tokens);
-  return SlotModel::decode_select(slots, tokens, choices);
+  std::vector<GptOssCudaFp8::RowSampling> rows(choices.size());
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const SamplingParams& p = choices[i].params;
+    rows[i] = {p.greedy() ? 0.0f : p.temperature, p.top_p, p.top_k, choices[i].u};
+  }
+  return model_.decode_sample(slots, tokens, rows);
 }
 
 }  // namespace osprey

@@ -80,8 +80,8 @@ class CudaSlotModel final : public SlotModel {
   void release(int slot) override;
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens) override;
   std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) override;
-  // Greedy steps take the argmax computed on the GPU in the step's graph (no logits copied);
-  // steps with a sampling row copy the logits and sample on the host.
+  // Tokens selected on the GPU: greedy steps take the argmax computed in the step's graph, steps
+  // with a sampling row sample there too (decode_sample); no logits are copied.
   std::vector<int32_t> decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
                                      std::span<const TokenChoice> choices) override;
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/sample.cuh"
 
 namespace osprey {
 
@@ -609,6 +610,26 @@ struct GptOssCudaFp8::Impl {
     return out;
   }
 
+  // The decode step, then rows that sample drawn on the GPU from the step's logits (the greedy
+  // rows keep the step's argmax); padding rows are greedy.
+  cuda::SampleScratch sample_scratch;
+  std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                     std::span<const GptOssCudaFp8::RowSampling> rows) {
+    if (rows.size() != slots.size()) fail_plain("decode_sample: one sampling row per slot");
+    for (const auto& r : rows)
+      if (r.temperature > 0.0f && (!(r.top_p > 0.0f && r.top_p <= 1.0f) || r.top_k < 0 || !(r.u >= 0.0 && r.u < 1.0)))
+        fail_plain("decode_sample: top_p must be in (0, 1], top_k >= 0 and the draw in [0, 1)");
+    const int b = decode_step(slots, tokens);
+    std::vector<cuda::SampleRow> p(b);
+    for (size_t i = 0; i < rows.size(); ++i) p[i] = {rows[i].temperature, rows[i].top_p, rows[i].top_k, rows[i].u};
+    cuda::sample_rows(logits.ptr, b, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
+    std::vector<int32_t> out(b);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, b * 4, cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    out.resize(slots.size());
+    return out;
+  }
+
   std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
     decode_step(slots, tokens);
     std::vector<std::vector<float>> out(slots.size(), std::vector<float>(cfg.vocab));
@@ -661,6 +682,10 @@ std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t> slots
 std::vector<std::vector<float>> GptOssCudaFp8::decode_logits(std::span<const int32_t> slots,
                                                              std::span<const int32_t> tokens) {
   return impl_->decode_logits(slots, tokens);
+}
+std::vector<int32_t> GptOssCudaFp8::decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                                  std::span<const RowSampling> rows) {
+  return impl_->decode_sample(slots, tokens, rows);
 }
 void GptOssCudaFp8::fill_random(int slot, int n) { impl_->fill_random(slot, n); }
 void GptOssCudaFp8::synchronize() { OSPREY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }

@@ -41,6 +41,10 @@ std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t>, std:
 std::vector<std::vector<float>> GptOssCudaFp8::decode_logits(std::span<const int32_t>, std::span<const int32_t>) {
   fail("no CUDA backend");
 }
+std::vector<int32_t> GptOssCudaFp8::decode_sample(std::span<const int32_t>, std::span<const int32_t>,
+                                                  std::span<const RowSampling>) {
+  fail("no CUDA backend");
+}
 void GptOssCudaFp8::fill_random(int, int) {}
 void GptOssCudaFp8::synchronize() {}
 double GptOssCudaFp8::weight_bytes() const { return 0; }
