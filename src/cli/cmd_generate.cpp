@@ -28,7 +28,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-k", args->sampling.top_k, "keep the k most likely tokens (0: all)");
   cmd->add_option("--seed", args->sampling.seed, "sampling seed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
-  cmd->add_option("--backend", args->backend, "cpu | cuda (greedy)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--backend", args->backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--precision", args->precision,
                   "cpu: fp32 (default), fp8 or bf16 (the emulations of the CUDA paths); cuda: fp8 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
@@ -44,12 +44,12 @@ void add_generate(CLI::App& app) {
     GenerateStats st;
     std::vector<int32_t> out;
     if (args->backend == "cuda") {
-      if (!opt.sampling.greedy()) fail("--backend cuda generates greedily for now; pass --greedy");
       const int ctx = int(prompt.size()) + opt.max_tokens + 1;
       if (args->precision.empty() || args->precision == "fp8") {
         GptOssCudaFp8 model(w, {.slots = 1, .max_context = ctx, .prefill_chunk = 2048, .graphs = true});
-        out = generate_greedy_cuda(model, prompt, opt, &st);
+        out = generate_cuda(model, prompt, opt, &st);
       } else if (args->precision == "bf16") {
+        if (!opt.sampling.greedy()) fail("--backend cuda --precision bf16 generates greedily; pass --greedy");
         GptOssCudaModel model(w, ctx);
         out = generate_greedy_cuda(model, prompt, opt, &st);
       } else {

@@ -56,8 +56,9 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
 }
 
 namespace {
-// The greedy loop of the GPU paths: first(prompt) prefills and returns the first id, next(id)
-// appends it and returns the following one; only ids cross to the host.
+// The token loop of the GPU paths: first(prompt) prefills and returns the first id, next(id)
+// appends it and returns the following one; only ids cross to the host (but for a sampled
+// first token).
 template <typename First, typename Next>
 std::vector<int32_t> greedy_loop(const GptOssConfig& cfg, const std::vector<int32_t>& prompt,
                                  const GenerateOptions& opt, GenerateStats* stats, First&& first, Next&& next) {
@@ -87,13 +88,25 @@ std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vec
       [&](int32_t t) { return model.forward_argmax(std::span(&t, 1)); });
 }
 
-std::vector<int32_t> generate_greedy_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt,
-                                          const GenerateOptions& opt, GenerateStats* stats) {
+std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                   GenerateStats* stats) {
   const int32_t slot = 0;
   model.release(slot);
+  if (opt.sampling.greedy())
+    return greedy_loop(
+        model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.prefill_argmax(slot, p); },
+        [&](int32_t t) { return model.decode_argmax(std::span(&slot, 1), std::span(&t, 1))[0]; });
+  // Sampling: the first token from the prompt's logits on the host, the rest on the GPU with the
+  // same generator's draws (the token stream generate() would give from the same logits).
+  Sampler sampler(opt.sampling);
   return greedy_loop(
-      model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.prefill_argmax(slot, p); },
-      [&](int32_t t) { return model.decode_argmax(std::span(&slot, 1), std::span(&t, 1))[0]; });
+      model.config(), prompt, opt, stats,
+      [&](const std::vector<int32_t>& p) { return sampler.sample(model.prefill(slot, p, /*all_logits=*/false)); },
+      [&](int32_t t) {
+        const TokenChoice c = sampler.next_choice();
+        const GptOssCudaFp8::RowSampling row{c.params.temperature, c.params.top_p, c.params.top_k, c.u};
+        return model.decode_sample(std::span(&slot, 1), std::span(&t, 1), std::span(&row, 1))[0];
+      });
 }
 
 }  // namespace osprey

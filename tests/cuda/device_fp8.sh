@@ -73,6 +73,11 @@ for p in parity-a parity-b tiny; do
   C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
   python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p: cuda fp8 and cpu fp8 greedy agree on the first {n} of {len(a)} tokens')" "$G" "$C"
 done
+echo "== sampled generate on the GPU (tiny): seeded runs repeat, another seed differs"
+S1=$($B generate --backend cuda --model $M/tiny --tokens 5,6,7 --max-tokens 16 --temperature 0.9 --top-p 0.95 --seed 3 --ignore-eos 2>/dev/null)
+S2=$($B generate --backend cuda --model $M/tiny --tokens 5,6,7 --max-tokens 16 --temperature 0.9 --top-p 0.95 --seed 3 --ignore-eos 2>/dev/null)
+S3=$($B generate --backend cuda --model $M/tiny --tokens 5,6,7 --max-tokens 16 --temperature 0.9 --top-p 0.95 --seed 4 --ignore-eos 2>/dev/null)
+echo "seed 3: $S1"; echo "seed 3 again identical: $([ "$S1" = "$S2" ] && echo yes || echo NO); seed 4 differs: $([ "$S1" != "$S3" ] && echo yes || echo NO)"
 echo "== compute-sanitizer memcheck: fp8 generate (graphs) on parity-b"
 compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
 fi
