@@ -67,7 +67,7 @@ struct TensorPlan {
 // std ~ 2.93 * 2^e. Choose e so each output of a K-input dot has roughly `out_std`.
 int mxfp4_exponent(int K, double out_std) { return int(std::lround(std::log2(out_std / (std::sqrt(double(K)) * 2.93)))); }
 
-std::vector<TensorPlan> plan_tensors(const GptOssConfig& c) {
+std::vector<TensorPlan> plan_tensors(const GptOssConfig& c, float branch_scale) {
   std::vector<TensorPlan> p;
   const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts;
   const float s3 = std::sqrt(3.0f);  // uniform half-width for unit std
@@ -92,15 +92,15 @@ std::vector<TensorPlan> plan_tensors(const GptOssConfig& c) {
     bf16(pre + "self_attn.k_proj.bias", {KV}, 0, 0.5f);
     bf16(pre + "self_attn.v_proj.weight", {KV, H}, 0, inv_sqrt(H));
     bf16(pre + "self_attn.v_proj.bias", {KV}, 0, 0.2f);
-    bf16(pre + "self_attn.o_proj.weight", {H, Q}, 0, inv_sqrt(Q));
-    bf16(pre + "self_attn.o_proj.bias", {H}, 0, 0.1f);
+    bf16(pre + "self_attn.o_proj.weight", {H, Q}, 0, branch_scale * inv_sqrt(Q));
+    bf16(pre + "self_attn.o_proj.bias", {H}, 0, branch_scale * 0.1f);
     bf16(pre + "self_attn.sinks", {c.num_heads}, 0.5f, 1.5f);  // sinks comparable to the scores
     bf16(pre + "post_attention_layernorm.weight", {H}, 1.0f, 0.25f);
     bf16(pre + "mlp.router.weight", {E, H}, 0, 2.0f * inv_sqrt(H));  // router logits std ~2: sharp routing
     bf16(pre + "mlp.router.bias", {E}, 0, 0.5f);
     // mlp1 outputs std ~4 so that the +-7 clamps on gate and up are exercised.
     mxfp4(pre + "mlp.experts.gate_up_proj", 2 * I, H, 4.0, 0.5f);
-    mxfp4(pre + "mlp.experts.down_proj", H, I, 0.5, 0.1f);
+    mxfp4(pre + "mlp.experts.down_proj", H, I, branch_scale * 0.5, branch_scale * 0.1f);
   }
   bf16("model.norm.weight", {H}, 1.0f, 0.25f);
   bf16("lm_head.weight", {c.vocab, H}, 0, 3.0f * inv_sqrt(H));  // logits std ~3
@@ -168,7 +168,7 @@ uint64_t synth_checkpoint(const SynthPreset& preset, const std::string& out_dir,
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) fail("cannot create {}: {}", out_dir, ec.message());
-  std::vector<TensorPlan> plan = plan_tensors(c);
+  std::vector<TensorPlan> plan = plan_tensors(c, opt.branch_scale);
   uint64_t total = 0;
   for (auto& t : plan) total += t.spec.nbytes();
 
@@ -188,7 +188,7 @@ uint64_t synth_checkpoint(const SynthPreset& preset, const std::string& out_dir,
     gen["pad_token_id"] = 199999;
   }
   write_json_file((fs::path(out_dir) / "generation_config.json").string(), gen);
-  write_json_file((fs::path(out_dir) / "osprey_synth.json").string(), {{"preset", preset.name}, {"seed", opt.seed}});
+  write_json_file((fs::path(out_dir) / "osprey_synth.json").string(), {{"preset", preset.name}, {"seed", opt.seed}, {"branch_scale", opt.branch_scale}});
   if (c.vocab == harmony::kO200kHarmonyVocab) {  // the real tokenizer fits: ship it as published
     const harmony::Tokenizer& tok = harmony::Tokenizer::embedded_o200k_harmony();
     std::ofstream(fs::path(out_dir) / "tokenizer.json") << tok.to_hf_json();

@@ -23,6 +23,11 @@ const SynthPreset& synth_preset(const std::string& name);  // throws naming the 
 struct SynthOptions {
   uint64_t seed = 0;
   bool progress = true;
+  // Scale of what each layer's attention and MoE add to the residual stream (their output
+  // projections and biases). 1 is the stress default: every branch as large as the stream, so
+  // a rounding difference anywhere is amplified layer by layer. Trained models add updates
+  // small against the stream; 0.25 gives checkpoints that behave that way under rounding.
+  float branch_scale = 1.0f;
 };
 
 // Writes the checkpoint into out_dir (created if needed). Returns the bytes of tensor data written.

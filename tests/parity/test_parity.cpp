@@ -39,7 +39,7 @@ TEST_P(ParityVsTransformers, LogitsAndGreedyContinuation) {
   fs::path dir = fs::path(OSPREY_TEST_DATA) / "parity" / GetParam();
   auto meta = nlohmann::json::parse(test::read_file((dir / "meta.json").string()));
   test::TempDir ckpt;
-  synth_checkpoint(synth_preset(meta["preset"]), ckpt.str(), {.seed = meta["seed"].get<uint64_t>(), .progress = false});
+  synth_checkpoint(synth_preset(meta["preset"]), ckpt.str(), {.seed = meta["seed"].get<uint64_t>(), .progress = false, .branch_scale = meta.value("branch_scale", 1.0f)});
   GptOssWeights w = GptOssWeights::load(ckpt.str());
   GptOssCpuModel model(w);
   const int V = w.config.vocab;

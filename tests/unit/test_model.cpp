@@ -156,6 +156,37 @@ TEST_F(SmallModel, SynthIsDeterministicAndSeeded) {
   EXPECT_NE(test::read_file(dir_->str() + "/" + f), test::read_file(other / f));
 }
 
+TEST_F(SmallModel, SynthBranchScaleScalesOnlyWhatLayersAddToTheStream) {
+  TempDir calm;  // dir_ holds seed 5 at the default branch scale 1
+  synth_checkpoint(synth_preset("parity-b"), calm.str(), {.seed = 5, .progress = false, .branch_scale = 0.25f});
+  TensorStore a = TensorStore::open(dir_->str()), b = TensorStore::open(calm.str());
+  auto bf16_values = [](const TensorView& t) {
+    std::vector<float> v(t.nbytes / 2);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(t.as<bf16>()[i]);
+    return v;
+  };
+  for (const char* name : {"model.layers.1.self_attn.o_proj.weight", "model.layers.1.self_attn.o_proj.bias",
+                           "model.layers.2.mlp.experts.down_proj_bias"}) {
+    std::vector<float> x = bf16_values(a.get(name)), y = bf16_values(b.get(name));
+    ASSERT_EQ(x.size(), y.size()) << name;
+    size_t nonzero = 0;
+    for (size_t i = 0; i < x.size(); ++i) {  // a power of two commutes with the BF16 rounding
+      EXPECT_EQ(y[i], 0.25f * x[i]) << name << " [" << i << "]";
+      nonzero += x[i] != 0;
+    }
+    EXPECT_GT(nonzero, x.size() / 2) << name;
+  }
+  auto bytes = [](const TensorView& t) { return std::string(reinterpret_cast<const char*>(t.data), t.nbytes); };
+  const TensorView &sa = a.get("model.layers.0.mlp.experts.down_proj_scales"), &sb = b.get("model.layers.0.mlp.experts.down_proj_scales");
+  for (size_t i = 0; i < sa.nbytes; ++i) ASSERT_EQ(int(sb.data[i]), int(sa.data[i]) - 2) << i;  // 2^-2 per element
+  for (const char* name : {"model.layers.0.mlp.experts.down_proj_blocks", "model.layers.0.self_attn.q_proj.weight",
+                           "model.layers.0.mlp.experts.gate_up_proj_scales", "model.layers.0.mlp.router.weight",
+                           "lm_head.weight", "model.embed_tokens.weight"})
+    EXPECT_EQ(bytes(a.get(name)), bytes(b.get(name))) << name;
+  auto meta = nlohmann::json::parse(test::read_file(calm / "osprey_synth.json"));
+  EXPECT_EQ(meta["branch_scale"].get<float>(), 0.25f);
+}
+
 TEST_F(SmallModel, SynthWritesThePublishedLayout) {
   auto idx = nlohmann::json::parse(test::read_file(*dir_ / "model.safetensors.index.json"));
   std::string shard = idx["weight_map"]["model.layers.0.mlp.experts.gate_up_proj_blocks"];
