@@ -11,6 +11,10 @@ struct BenchCudaArgs {
   int steps = 32, prefill_reps = 2, prefill_chunk = 2048;
   uint64_t seed = 1;
   bool graphs = true;
+  // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);
+  // temperature 0 (the default) takes the argmax.
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
   double usd_per_gpu_hour = 3.0, fp8_tflops = 1420.0;  // the FP8 ceiling measured on the H200 (cuBLASLt)
 };
 

@@ -76,6 +76,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--prefill-chunk", cu->prefill_chunk, "cuda: tokens per prefill step")->check(CLI::PositiveNumber);
   cmd->add_option("--usd-per-gpu-hour", cu->usd_per_gpu_hour, "cuda: price for the cost columns");
   cmd->add_flag("!--no-graphs", cu->graphs, "cuda: launch decode steps kernel by kernel (to measure what graphs save)");
+  cmd->add_option("--temperature", cu->temperature, "cuda: decode steps sample on the GPU at this temperature (0: argmax)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", cu->top_p, "cuda: nucleus mass of the sampled decode steps")->check(CLI::Range(1e-6, 1.0));
+  cmd->add_option("--top-k", cu->top_k, "cuda: top-k of the sampled decode steps (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", cu->json, "cuda: also write the results as JSON here");
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve")) return;

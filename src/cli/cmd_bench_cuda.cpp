@@ -107,7 +107,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"copy_bandwidth_gbs", bw / 1e9},
                         {"fp8_tflops_ceiling", a.fp8_tflops},
                         {"usd_per_gpu_hour", a.usd_per_gpu_hour},
-                        {"cuda_graphs", a.graphs}};
+                        {"cuda_graphs", a.graphs},
+                        {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
   for (int n : prefill_lens) {
@@ -127,6 +128,9 @@ void run_bench_cuda(const BenchCudaArgs& a) {
     fmt::print("| {} | {:.1f} | {:.0f} | {:.1f} | {:.3f} | {:.4f} |\n", n, best * 1e3, n / best, tflops,
                tflops / a.fp8_tflops, usd);
   }
+  fmt::print("\ndecode steps select tokens on the GPU: {}\n",
+             a.temperature > 0.0f ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
+                                  : std::string("argmax"));
   fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ctx : contexts)
@@ -135,10 +139,17 @@ void run_bench_cuda(const BenchCudaArgs& a) {
       try {
         std::vector<int32_t> slots(b), toks = random_tokens(b);
         for (int i = 0; i < b; ++i) slots[i] = i, model.fill_random(i, ctx);
-        std::vector<int32_t> next = model.decode_argmax(slots, toks);  // warm-up: captures the bucket's graph
+        std::mt19937_64 draws(a.seed);
+        std::vector<GptOssCudaFp8::RowSampling> rows(b);
+        auto step_tokens = [&](std::span<const int32_t> in) {
+          if (a.temperature <= 0.0f) return model.decode_argmax(slots, in);
+          for (auto& r : rows) r = {a.temperature, a.top_p, a.top_k, std::uniform_real_distribution<double>(0.0, 1.0)(draws)};
+          return model.decode_sample(slots, in, rows);
+        };
+        std::vector<int32_t> next = step_tokens(toks);  // warm-up: captures the bucket's graph
         model.synchronize();
         auto t = clock_type::now();
-        for (int s = 0; s < a.steps; ++s) next = model.decode_argmax(slots, next);
+        for (int s = 0; s < a.steps; ++s) next = step_tokens(next);
         const double step = seconds_since(t) / a.steps;
         const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2);
         const double usd = usd_per_s / tps * 1e6;

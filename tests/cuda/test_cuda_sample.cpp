@@ -23,7 +23,9 @@ void SampleCase(int V, int rounds, uint32_t seed) {
                                               {.temperature = 0.8f, .top_p = 0.7f},
                                               {.temperature = 1.0f, .top_p = 0.95f, .top_k = 40},
                                               {.temperature = 2.0f, .top_k = V},
-                                              {.temperature = 0.7f, .top_p = 1e-6f}};
+                                              {.temperature = 0.7f, .top_p = 1e-6f},
+                                              {.temperature = 3.0f, .top_p = 0.99f},  // the cut deep in the row
+                                              {.temperature = 1.0f, .top_p = 0.5f, .top_k = 3000}};
   const int rows = int(params.size());
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -55,7 +57,27 @@ void SampleCase(int V, int rounds, uint32_t seed) {
 }
 
 TEST(CudaSample, SmallVocabularyMatchesHostSampler) { SampleCase(777, 40, 1); }
-TEST(CudaSample, FullVocabularyMatchesHostSampler) { SampleCase(201088, 4, 2); }
+TEST(CudaSample, FullVocabularyMatchesHostSampler) { SampleCase(201088, 6, 2); }
+
+// -0.0 and +0.0 are equal to the host's comparison, so they tie and keep token order.
+TEST(CudaSample, SignedZerosTieInTokenOrder) {
+  const int V = 8;
+  std::vector<float> logits;
+  std::vector<cuda::SampleRow> rp;
+  std::vector<int32_t> want;
+  for (double u : {0.1, 0.4, 0.7, 0.95}) {
+    for (int i = 0; i < V; ++i) logits.push_back(i % 2 ? 0.0f : -0.0f);
+    rp.push_back({1.0f, 1.0f, 3, u});
+    const SamplingParams p{.temperature = 1.0f, .top_k = 3};
+    want.push_back(Sampler::sample_from(std::span<const float>(logits.data() + logits.size() - V, V), p, u));
+  }
+  EXPECT_EQ(want, (std::vector<int32_t>{0, 1, 2, 2}));  // the first three tokens, a third of the mass each
+  cuda::SampleScratch scratch;
+  Dev<float> dl(logits);
+  Dev<int32_t> out(std::vector<int32_t>(rp.size(), -1));
+  cuda::sample_rows(dl.p, int(rp.size()), V, rp.data(), out.p, scratch, nullptr);
+  EXPECT_EQ(out.get(), want);
+}
 
 }  // namespace
 }  // namespace osprey

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU sampling on the GPU machine in one call: the CudaSample kernel tests (and compute-sanitizer
+# memcheck/racecheck on them), then `bench --backend cuda` decode on the 20b synthetic checkpoint
+# with argmax and with sampled token selection (SAMPLINGS: ";"-separated bench arguments), and
+# `generate --backend cuda` greedy vs sampled. Needs build/ from this machine's build and
+# .devcarry/lib. Logs to $OUT.
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
+B=$PWD/build/osprey
+T=$PWD/build/tests/osprey_cuda_tests
+M=${MODELS:-/root/osprey_models}
+OUT=${OUT:-/tmp/out}
+BATCHES=${BATCHES:-1,8,64}
+SAMPLINGS=${SAMPLINGS:-"--temperature 0;--temperature 1;--temperature 0.8 --top-p 0.9;--temperature 1 --top-k 50"}
+mkdir -p "$M" "$OUT"
+echo "== CudaSample tests"
+$T --gtest_filter='CudaSample.*' 2>&1 | tee $OUT/sample_tests.log | grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is|row" | head -30
+if [ -z "${SKIP_SANITIZER:-}" ]; then
+  compute-sanitizer --tool memcheck --print-limit 5 $T --gtest_filter='CudaSample.*' > $OUT/sample_memcheck.log 2>&1
+  tail -2 $OUT/sample_memcheck.log
+  compute-sanitizer --tool racecheck --print-limit 50 $T --gtest_filter='CudaSample.*' > $OUT/sample_racecheck.log 2>&1
+  grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/sample_racecheck.log | head -3
+fi
+[ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
+echo "== bench --backend cuda decode, 20b, 8k context, by token selection"
+IFS=';' read -ra cs <<< "$SAMPLINGS"
+for c in "${cs[@]}"; do
+  echo "-- $c"
+  $B bench --backend cuda --model $M/20b --prefill-lens 1024 --contexts 8192 --batches $BATCHES --steps 16 $c 2>&1 | grep -E "^\| 8192|selection"
+done | tee $OUT/sample_bench.log
+echo "== generate --backend cuda, 20b, 512 tokens"
+for mode in "--greedy" "--temperature 0.8 --top-p 0.9 --seed 1" "--temperature 1 --seed 1"; do
+  echo "-- $mode: $($B generate --backend cuda --model $M/20b --tokens $(seq -s, 1 64) --max-tokens 512 --ignore-eos $mode 2>&1 >/dev/null | grep prefill)"
+done | tee $OUT/sample_generate.log
