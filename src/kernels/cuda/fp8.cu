@@ -391,6 +391,16 @@ __host__ __device__ inline size_t skinny_smem_bytes(int NT, int R, int K) {
   return skinny_stage_bytes(R, K) + size_t(kSkinnyWarps) * skinny_stages(NT) * kRingStage;
 }
 
+// Rows r in [s0, s1) with row_live[r] >= 0 (block-wide, uniform).
+__device__ inline int live_rows(const int32_t* row_live, int s0, int s1) {
+  int live = 0;
+  for (int r0 = s0; r0 < s1; r0 += blockDim.x) {
+    const int r = r0 + int(threadIdx.x);
+    live += __syncthreads_count(r < s1 && row_live[r] >= 0);
+  }
+  return live;
+}
+
 __device__ inline void cp_async16(void* smem, const void* gmem, bool ok) {
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
@@ -453,22 +463,17 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(con
   if (!grouped || sg.routed_early) pdl_wait();
   pdl_launch_dependents();
   if (e < 0) return;  // uniform over the block
-  int s0 = grouped ? sg.seg[e] : 0, s1 = grouped ? sg.seg[e + 1] : sg.rows;
-  if (s1 <= s0) {  // uniform over the block
+  const int s0 = grouped ? sg.seg[e] : 0, s_end = grouped ? sg.seg[e + 1] : sg.rows;
+  if (s_end <= s0) {  // uniform over the block
     cp_async_wait<0>();
     return;
   }
+  // The one-row tile skips the segment's padding rows (a suffix) when row_live marks them; the
+  // wider tiles keep the code they had (no runtime row count: fewer registers, measured faster).
+  const int s1 = R == 1 && grouped && sg.row_live ? s0 + live_rows(sg.row_live, s0, s_end) : s_end;
   // Activation scales: [KB][sld] at sbase for this segment, or by source row with stride x_ld
   // when rows are gathered (x_rows).
   const int sld = grouped ? s1 - s0 : sg.ld;
-  if (grouped && sg.row_live) {  // the segment's padding rows (a suffix) are not computed
-    int live = 0;
-    for (int r0 = s0; r0 < s1; r0 += blockDim.x) {
-      const int r = r0 + int(threadIdx.x);
-      live += __syncthreads_count(r < s1 && sg.row_live[r] >= 0);
-    }
-    s1 = s0 + live;
-  }
   const size_t sbase = grouped ? size_t(KB) * s0 : 0;
   const int sstride = sg.x_rows ? sg.x_ld : sld;
   const int x_stride = skinny_x_stride(K);

@@ -29,7 +29,8 @@ struct ActSegments {
   const int32_t* x_rows = nullptr;
   int x_ld = 0;
   // Optional (grouped skinny GEMM): row_live[r] < 0 marks padding rows, which follow a segment's
-  // real rows (MoeSorted's row_token does); they are not computed, their outputs left as they were.
+  // real rows (MoeSorted's row_token does). The one-row tile (seg_rows_max 1) does not compute them
+  // (their outputs are left as they were); wider tiles compute them as any row.
   const int32_t* row_live = nullptr;
   // Optional (grouped skinny GEMM): a bound on any segment's computed rows (0: none known): T real
   // rows with row_live, round4(T) without. A bound of 1 (batch 1) runs the one-row tile.
