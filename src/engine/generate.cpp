@@ -96,15 +96,18 @@ std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32
     return greedy_loop(
         model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.prefill_argmax(slot, p); },
         [&](int32_t t) { return model.decode_argmax(std::span(&slot, 1), std::span(&t, 1))[0]; });
-  // Sampling: the first token from the prompt's logits on the host, the rest on the GPU with the
-  // same generator's draws (the token stream generate() would give from the same logits).
+  // Sampling on the GPU with the generator's draws in sample()'s order (the token stream
+  // generate() would give from the same logits).
   Sampler sampler(opt.sampling);
+  auto next_row = [&] {
+    const TokenChoice c = sampler.next_choice();
+    return GptOssCudaFp8::RowSampling{c.params.temperature, c.params.top_p, c.params.top_k, c.u};
+  };
   return greedy_loop(
       model.config(), prompt, opt, stats,
-      [&](const std::vector<int32_t>& p) { return sampler.sample(model.prefill(slot, p, /*all_logits=*/false)); },
+      [&](const std::vector<int32_t>& p) { return model.prefill_select(slot, p, next_row()); },
       [&](int32_t t) {
-        const TokenChoice c = sampler.next_choice();
-        const GptOssCudaFp8::RowSampling row{c.params.temperature, c.params.top_p, c.params.top_k, c.u};
+        const GptOssCudaFp8::RowSampling row = next_row();
         return model.decode_sample(std::span(&slot, 1), std::span(&t, 1), std::span(&row, 1))[0];
       });
 }

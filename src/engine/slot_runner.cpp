@@ -29,8 +29,8 @@ void SlotModelRunner::release(int64_t seq_id) {
   slot_of_.erase(it);
 }
 
-template <typename Prefilled, typename DecodeBatch>
-void SlotModelRunner::walk(const StepPlan& plan, Prefilled&& prefilled, DecodeBatch&& decode_batch) {
+template <typename Prefill, typename DecodeBatch>
+void SlotModelRunner::walk(const StepPlan& plan, Prefill&& prefill, DecodeBatch&& decode_batch) {
   std::vector<int32_t> dec_slots, dec_tokens;
   std::vector<size_t> dec_chunk;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -46,8 +46,7 @@ void SlotModelRunner::walk(const StepPlan& plan, Prefilled&& prefilled, DecodeBa
       dec_chunk.push_back(i);
       continue;
     }
-    std::vector<float> lg = model_.prefill(slot, toks);
-    if (c.sample) prefilled(i, std::move(lg));
+    prefill(i, slot, toks);
   }
   if (!dec_slots.empty()) decode_batch(dec_slots, dec_tokens, dec_chunk);
 }
@@ -56,7 +55,11 @@ std::vector<std::vector<float>> SlotModelRunner::run(const StepPlan& plan) {
   // Logits per chunk (empty when it does not sample), filled out of order, returned in plan order.
   std::vector<std::vector<float>> per_chunk(plan.chunks.size());
   walk(
-      plan, [&](size_t i, std::vector<float> lg) { per_chunk[i] = std::move(lg); },
+      plan,
+      [&](size_t i, int slot, std::span<const int32_t> toks) {
+        std::vector<float> lg = model_.prefill(slot, toks);
+        if (plan.chunks[i].sample) per_chunk[i] = std::move(lg);
+      },
       [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
         std::vector<std::vector<float>> lg = model_.decode(slots, tokens);
         for (size_t j = 0; j < chunk.size(); ++j)
@@ -77,7 +80,13 @@ std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span
   if (k != int(choices.size())) fail("run_select: {} choices for {} sampling chunks", choices.size(), k);
   std::vector<int32_t> out(size_t(k), -1);
   walk(
-      plan, [&](size_t i, std::vector<float> lg) { out[size_t(choice_of[i])] = choose_token(lg, choices[size_t(choice_of[i])]); },
+      plan,
+      [&](size_t i, int slot, std::span<const int32_t> toks) {
+        TokenChoice greedy;  // a prompt chunk that does not sample: its token is ignored
+        greedy.params.temperature = 0.0f;
+        const int32_t id = model_.prefill_select(slot, toks, choice_of[i] >= 0 ? choices[size_t(choice_of[i])] : greedy);
+        if (choice_of[i] >= 0) out[size_t(choice_of[i])] = id;
+      },
       [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
         std::vector<TokenChoice> dec(chunk.size());  // a decode chunk that does not sample: greedy, ignored
         for (size_t j = 0; j < chunk.size(); ++j)
@@ -89,6 +98,10 @@ std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span
           if (choice_of[chunk[j]] >= 0) out[size_t(choice_of[chunk[j]])] = ids[j];
       });
   return out;
+}
+
+int32_t SlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) {
+  return choose_token(prefill(slot, tokens), choice);
 }
 
 std::vector<int32_t> SlotModel::decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
@@ -122,6 +135,10 @@ int CudaSlotModel::length(int slot) const { return model_.length(slot); }
 void CudaSlotModel::release(int slot) { model_.release(slot); }
 std::vector<float> CudaSlotModel::prefill(int slot, std::span<const int32_t> tokens) {
   return model_.prefill(slot, tokens, /*all_logits=*/false);
+}
+int32_t CudaSlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) {
+  const SamplingParams& p = choice.params;
+  return model_.prefill_select(slot, tokens, {p.greedy() ? 0.0f : p.temperature, p.top_p, p.top_k, choice.u});
 }
 std::vector<std::vector<float>> CudaSlotModel::decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
   return model_.decode_logits(slots, tokens);

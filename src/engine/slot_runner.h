@@ -20,6 +20,9 @@ class SlotModel {
   virtual void release(int slot) = 0;
   // Appends tokens to the slot; the logits after its last token.
   virtual std::vector<float> prefill(int slot, std::span<const int32_t> tokens) = 0;
+  // The same, returning the next token as choose_token picks it with `choice`. This default
+  // selects on the host from prefill()'s logits; a GPU model selects on the device.
+  virtual int32_t prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice);
   // One token for each slot (distinct); logits [B][vocab] in the same order.
   virtual std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) = 0;
   // The same step, returning the next token of each slot as choose_token picks it with choices[i].
@@ -41,10 +44,10 @@ class SlotModelRunner final : public ModelRunner {
 
  private:
   int slot_for(int64_t seq_id);
-  // Runs the plan's prompt chunks slot by slot (prefill(i, logits) for each chunk i that samples)
-  // and its decode chunks as one batch (decode(slots, tokens, chunk indices)).
-  template <typename Prefilled, typename DecodeBatch>
-  void walk(const StepPlan& plan, Prefilled&& prefilled, DecodeBatch&& decode_batch);
+  // Runs the plan's prompt chunks slot by slot (prefill(chunk index, slot, tokens)) and its
+  // decode chunks as one batch (decode(slots, tokens, chunk indices)).
+  template <typename Prefill, typename DecodeBatch>
+  void walk(const StepPlan& plan, Prefill&& prefill, DecodeBatch&& decode_batch);
   SlotModel& model_;
   std::unordered_map<int64_t, int> slot_of_;
   std::vector<int> free_;
@@ -79,6 +82,7 @@ class CudaSlotModel final : public SlotModel {
   int length(int slot) const override;
   void release(int slot) override;
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens) override;
+  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) override;
   std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) override;
   // Tokens selected on the GPU: greedy steps take the argmax computed in the step's graph, steps
   // with a sampling row sample there too (decode_sample); no logits are copied.

@@ -497,15 +497,23 @@ struct GptOssCudaFp8::Impl {
   void check_slot(int slot) const {
     if (slot < 0 || slot >= opt.slots) fail_plain("slot " + std::to_string(slot) + " out of range");
   }
+  static void check_sampling(const GptOssCudaFp8::RowSampling& r) {
+    if (r.temperature > 0.0f && (!(r.top_p > 0.0f && r.top_p <= 1.0f) || r.top_k < 0 || !(r.u >= 0.0 && r.u < 1.0)))
+      fail_plain("sampling: top_p must be in (0, 1], top_k >= 0 and the draw in [0, 1)");
+  }
+  cuda::SampleScratch sample_scratch;
+
   void check_tokens(std::span<const int32_t> tokens) const {
     for (int32_t t : tokens)
       if (t < 0 || t >= cfg.vocab)
         fail_plain("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
   }
 
-  // Prefill in chunks; returns the logits of every token (all_logits) or of the last one, or only its
-  // argmax in *argmax_out.
-  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int32_t* argmax_out) {
+  // Prefill in chunks; returns the logits of every token (all_logits) or of the last one, or only
+  // the next token selected on the GPU with *select (argmax or sampled) in *id_out.
+  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits,
+                             const GptOssCudaFp8::RowSampling* select = nullptr, int32_t* id_out = nullptr) {
+    if (select) check_sampling(*select);
     check_slot(slot);
     check_tokens(tokens);
     if (tokens.empty()) fail_plain("prefill: no tokens");
@@ -534,9 +542,14 @@ struct GptOssCudaFp8::Impl {
                                           cudaMemcpyDeviceToHost, stream));
       } else if (last) {
         unembed_rows(pass, T - 1, T, logits.ptr);
-        if (argmax_out) {
-          cuda::argmax_rows(logits.ptr, d_out_id.ptr, 1, cfg.vocab, stream);
-          OSPREY_CUDA_CHECK(cudaMemcpyAsync(argmax_out, d_out_id.ptr, 4, cudaMemcpyDeviceToHost, stream));
+        if (select) {
+          if (select->temperature > 0.0f) {
+            const cuda::SampleRow row{select->temperature, select->top_p, select->top_k, select->u};
+            cuda::sample_rows(logits.ptr, 1, cfg.vocab, &row, d_out_id.ptr, sample_scratch, stream);
+          } else {
+            cuda::argmax_rows(logits.ptr, d_out_id.ptr, 1, cfg.vocab, stream);
+          }
+          OSPREY_CUDA_CHECK(cudaMemcpyAsync(id_out, d_out_id.ptr, 4, cudaMemcpyDeviceToHost, stream));
         } else {
           out.resize(cfg.vocab);
           OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits.ptr, size_t(cfg.vocab) * 4, cudaMemcpyDeviceToHost, stream));
@@ -612,13 +625,10 @@ struct GptOssCudaFp8::Impl {
 
   // The decode step, then rows that sample drawn on the GPU from the step's logits (the greedy
   // rows keep the step's argmax); padding rows are greedy.
-  cuda::SampleScratch sample_scratch;
   std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
                                      std::span<const GptOssCudaFp8::RowSampling> rows) {
     if (rows.size() != slots.size()) fail_plain("decode_sample: one sampling row per slot");
-    for (const auto& r : rows)
-      if (r.temperature > 0.0f && (!(r.top_p > 0.0f && r.top_p <= 1.0f) || r.top_k < 0 || !(r.u >= 0.0 && r.u < 1.0)))
-        fail_plain("decode_sample: top_p must be in (0, 1], top_k >= 0 and the draw in [0, 1)");
+    for (const auto& r : rows) check_sampling(r);
     const int b = decode_step(slots, tokens);
     std::vector<cuda::SampleRow> p(b);
     for (size_t i = 0; i < rows.size(); ++i) p[i] = {rows[i].temperature, rows[i].top_p, rows[i].top_k, rows[i].u};
@@ -669,11 +679,14 @@ void GptOssCudaFp8::release(int slot) {
   impl_->release(slot);
 }
 std::vector<float> GptOssCudaFp8::prefill(int slot, std::span<const int32_t> tokens, bool all_logits) {
-  return impl_->prefill(slot, tokens, all_logits, nullptr);
+  return impl_->prefill(slot, tokens, all_logits);
 }
 int32_t GptOssCudaFp8::prefill_argmax(int slot, std::span<const int32_t> tokens) {
+  return prefill_select(slot, tokens, RowSampling{});
+}
+int32_t GptOssCudaFp8::prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row) {
   int32_t id = -1;
-  impl_->prefill(slot, tokens, false, &id);
+  impl_->prefill(slot, tokens, false, &row, &id);
   return id;
 }
 std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens) {

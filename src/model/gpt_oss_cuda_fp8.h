@@ -36,18 +36,21 @@ class GptOssCudaFp8 {
 
   // Appends tokens to the slot; logits [T][vocab] (all_logits) or [1][vocab] of the last token.
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits);
-  int32_t prefill_argmax(int slot, std::span<const int32_t> tokens);
-  // One token for each listed slot (distinct): appends it and returns the greedy next ids.
-  std::vector<int32_t> decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens);
-  // The same step, returning the logits [B][vocab] (for constraints on the host).
-  std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens);
-  // The same step, each row's token selected on the GPU: temperature <= 0 greedy, else sampled as
-  // Sampler::sample_from samples with top_p, top_k and the request generator's draw u in [0, 1).
+  // Token selection on the GPU: temperature <= 0 greedy, else sampled as Sampler::sample_from
+  // samples with top_p, top_k and the request generator's draw u in [0, 1).
   struct RowSampling {
     float temperature = 0.0f, top_p = 1.0f;
     int top_k = 0;
     double u = 0.0;
   };
+  // The same prefill, returning only the next token (argmax, or sampled with `row`).
+  int32_t prefill_argmax(int slot, std::span<const int32_t> tokens);
+  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row);
+  // One token for each listed slot (distinct): appends it and returns the greedy next ids.
+  std::vector<int32_t> decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens);
+  // The same step, returning the logits [B][vocab] (for constraints on the host).
+  std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens);
+  // The same step, each row's token selected on the GPU with rows[i].
   std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
                                      std::span<const RowSampling> rows);
   // Benchmarks: the slot holds n positions of random keys and values, as after a prefill of n
