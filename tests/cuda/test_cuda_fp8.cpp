@@ -600,7 +600,8 @@ TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
 
 // The experts' second GEMM with its weight ring filled before its PDL wait (routed_early: the
 // expert list read first; here the stream is serial) equals the ordinary launch bit for bit, also
-// at one token with the padding rows skipped (the one-row tile).
+// at one token with the padding rows skipped (the one-row tile), which gives the real rows of the
+// launch that computes every row (activation scales laid out per whole segment, padding included).
 TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   const int T = GetParam(), E = 8, k = 4, I = 2880, N = 400;
   std::vector<int32_t> idx(size_t(T) * k);
@@ -613,8 +614,15 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   const fp8::Matrix all = random_experts(E, N, I, 140);
   DevFp8 dW(all);
   Dev<bf16> db(randbf(size_t(E) * N, 139));
-  Dev<float> dt(randf(size_t(P) * 2 * I, 138, 12.0f)), s(size_t(P) * fp8::blocks(I) + 64);
+  // Inputs below the clamp, scaled by (row, block), so every 128-block of a row gets its own
+  // activation scale (saturated inputs would give every block the same one, and a wrong scale
+  // index would go unseen).
+  std::vector<float> ht = randf(size_t(P) * 2 * I, 138, 3.0f);
+  for (int r = 0; r < P; ++r)
+    for (int c = 0; c < 2 * I; ++c) ht[size_t(r) * 2 * I + c] *= 0.25f + 0.25f * float((r * 7 + c / 256) % 5);
+  Dev<float> dt(ht), s(size_t(P) * fp8::blocks(I) + 64);
   Dev<uint8_t> q(size_t(P) * I);
+  std::vector<float> whole;  // every row computed, launched the ordinary way
   for (const bool skip_padding : {false, true}) {
     if (skip_padding && T != 1) continue;
     cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
@@ -633,9 +641,15 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
     for (int r = 0; r < rows; ++r) {
       if (skip_padding && hrow[r] < 0) continue;
       for (int n = 0; n < N; ++n) ASSERT_EQ(a[size_t(r) * N + n], b[size_t(r) * N + n]) << "row " << r << " col " << n;
+      if (skip_padding) {  // the one-row tile (other K-splits, so another order of the sums) on the real rows
+        std::vector<float> one(a.begin() + size_t(r) * N, a.begin() + size_t(r + 1) * N);
+        std::vector<float> ref(whole.begin() + size_t(r) * N, whole.begin() + size_t(r + 1) * N);
+        EXPECT_LT(rel_err(one, ref), 1e-6) << "row " << r;
+      }
       ++checked;
     }
     EXPECT_EQ(checked, skip_padding ? T * k : rows);
+    if (!skip_padding) whole = a;
   }
 }
 

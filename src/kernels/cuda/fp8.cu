@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(con
   const int s1 = R == 1 && grouped && sg.row_live ? s0 + live_rows(sg.row_live, s0, s_end) : s_end;
   // Activation scales: [KB][sld] at sbase for this segment, or by source row with stride x_ld
   // when rows are gathered (x_rows).
-  const int sld = grouped ? s1 - s0 : sg.ld;
+  const int sld = grouped ? s_end - s0 : sg.ld;  // the whole segment's rows, padding included
   const size_t sbase = grouped ? size_t(KB) * s0 : 0;
   const int sstride = sg.x_rows ? sg.x_ld : sld;
   const int x_stride = skinny_x_stride(K);
