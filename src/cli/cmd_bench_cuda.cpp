@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/gpt_oss_cost.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
 namespace osprey::cli {
@@ -23,54 +24,6 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-// Bytes of FP8 weights (+ scales) in a [rows][cols] matrix.
-double fp8_bytes(double rows, double cols) {
-  return rows * cols + 4.0 * std::ceil(rows / 128) * std::ceil(cols / 128);
-}
-
-struct Shape {
-  double dense_per_layer, expert, unembed, kv_per_position;  // kv: K and V of one position in one layer
-  int full_layers, sliding_layers;
-};
-
-Shape shape_of(const GptOssConfig& c) {
-  Shape s{};
-  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
-  s.dense_per_layer = fp8_bytes(Q, H) + 2 * fp8_bytes(KV, H) + fp8_bytes(H, Q) + 4.0 * c.num_experts * H;
-  s.expert = fp8_bytes(2 * I, H) + fp8_bytes(H, I) + 2.0 * (3 * I);
-  s.unembed = fp8_bytes(c.vocab, H);
-  for (bool sl : c.layer_is_sliding) (sl ? s.sliding_layers : s.full_layers)++;
-  s.kv_per_position = 2.0 * 2 * KV;  // K and V, bf16
-  return s;
-}
-
-// Bytes a decode step of `b` sequences at context `ctx` must read: dense weights, the experts the
-// batch touches (expected distinct experts for uniform routing), the unembedding, the KV.
-double decode_step_bytes(const GptOssConfig& c, int b, int ctx) {
-  const Shape s = shape_of(c);
-  const double E = c.num_experts, k = c.experts_per_token;
-  const double touched = E * (1.0 - std::pow(1.0 - k / E, b));
-  const double kv = b * s.kv_per_position *
-                    (double(s.full_layers) * ctx + double(s.sliding_layers) * std::min(ctx, c.sliding_window));
-  return c.num_layers * (s.dense_per_layer + touched * s.expert) + s.unembed + kv;
-}
-
-// FLOPs of a prefill of n tokens: 2 per weight per token through the active parameters, and the
-// attention's QK and PV products over the keys each query sees.
-double prefill_flops(const GptOssConfig& c, int n) {
-  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
-  const double per_token = Q * H + 2 * KV * H + H * Q + c.experts_per_token * (2 * I * H + H * I) + c.num_experts * H;
-  double keys = 0;
-  for (bool sl : c.layer_is_sliding) {
-    if (!sl) keys += double(n) * (n + 1) / 2;
-    else {
-      const double w = c.sliding_window;
-      keys += n <= w ? double(n) * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
-    }
-  }
-  return 2 * per_token * n + 2 * H * c.vocab + 4.0 * c.num_heads * c.head_dim * keys;
 }
 
 }  // namespace

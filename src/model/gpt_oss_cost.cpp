@@ -1,0 +1,36 @@
+#include "model/gpt_oss_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace osprey {
+
+double fp8_matrix_bytes(double rows, double cols) {
+  return rows * cols + 4.0 * std::ceil(rows / 128) * std::ceil(cols / 128);
+}
+
+double decode_step_bytes(const GptOssConfig& c, int b, int ctx) {
+  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts,
+               k = c.experts_per_token;
+  const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q) + 4.0 * E * H;
+  const double expert = fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I) + 2.0 * (3 * I);  // + bf16 biases
+  const double touched = E * (1.0 - std::pow(1.0 - k / E, b));
+  double kv_positions = 0;  // per sequence, over the layers
+  for (bool sliding : c.layer_is_sliding) kv_positions += sliding ? std::min(ctx, c.sliding_window) : ctx;
+  const double kv = b * (2.0 * 2 * KV) * kv_positions;  // K and V in bf16
+  return c.num_layers * (dense + touched * expert) + fp8_matrix_bytes(c.vocab, H) + kv;
+}
+
+double prefill_flops(const GptOssConfig& c, int n) {
+  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
+  const double weights_per_layer =
+      Q * H + 2 * KV * H + H * Q + c.num_experts * H + c.experts_per_token * (2 * I * H + H * I);
+  double keys = 0;  // (query, key) pairs over the layers
+  for (bool sliding : c.layer_is_sliding) {
+    const double w = c.sliding_window;
+    keys += !sliding || n <= w ? double(n) * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
+  }
+  return 2 * weights_per_layer * c.num_layers * n + 2 * H * c.vocab + 4.0 * c.num_heads * c.head_dim * keys;
+}
+
+}  // namespace osprey
