@@ -2,8 +2,9 @@
 # GPU sampling on the GPU machine in one call: the CudaSample kernel tests (and compute-sanitizer
 # memcheck/racecheck on them), then `bench --backend cuda` decode on the 20b synthetic checkpoint
 # with argmax and with sampled token selection (SAMPLINGS: ";"-separated bench arguments), and
-# `generate --backend cuda` greedy vs sampled. Needs build/ from this machine's build and
-# .devcarry/lib. Logs to $OUT.
+# `generate --backend cuda` greedy vs sampled, and seeded sampled generation on the GPU against
+# the CPU fp8 emulation's host sampler. Needs build/ from this machine's build and .devcarry/lib.
+# Logs to $OUT.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
 B=$PWD/build/osprey
@@ -21,6 +22,15 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
   compute-sanitizer --tool racecheck --print-limit 50 $T --gtest_filter='CudaSample.*' > $OUT/sample_racecheck.log 2>&1
   grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/sample_racecheck.log | head -3
 fi
+echo "== sampled generate: CUDA fp8 (GPU sampling) vs CPU fp8 emulation (host sampler), same seeds"
+for p in parity-b tiny; do
+  [ -d $M/$p ] || $B synth --preset $p --seed 7 --out $M/$p --quiet
+  for mode in "--temperature 0.8 --top-p 0.9" "--temperature 1.2 --top-k 40" "--temperature 1"; do for sd in 1 2 3; do
+    G=$($B generate --backend cuda --model $M/$p --tokens 5,6,7,8 --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+    C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens 5,6,7,8 --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+    python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p $mode seed $sd: cuda and cpu agree on the first {n} of {len(a)} tokens')" "$G" "$C"
+  done; done
+done | tee $OUT/sample_vs_cpu.log
 [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 echo "== bench --backend cuda decode, 20b, 8k context, by token selection"
 IFS=';' read -ra cs <<< "$SAMPLINGS"

@@ -1,6 +1,7 @@
 // GPU sampling (sample_rows) against its CPU twin, Sampler::sample_from, with the same draws:
 // temperature alone (candidates in token order), top-k and top-p (sorted candidates), greedy rows
-// left untouched, on a small vocabulary with ties and on the full 201,088-token one. Runs on the
+// left untouched, on a small vocabulary with ties and on the full 201,088-token one, with few rows
+// (every token sorted) and with many (the candidates above a histogram threshold). Runs on the
 // GPU machine only; CI builds it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -15,8 +16,10 @@
 namespace osprey {
 namespace {
 
-void SampleCase(int V, int rounds, uint32_t seed) {
-  const std::vector<SamplingParams> params = {{.temperature = 0},
+// `repeat` copies of each parameter set per round: enough rows make sample_rows gather
+// candidates above a histogram threshold instead of sorting every token.
+void SampleCase(int V, int rounds, uint32_t seed, int repeat = 1) {
+  const std::vector<SamplingParams> sets = {{.temperature = 0},
                                               {.temperature = 1.0f},
                                               {.temperature = 0.6f},
                                               {.temperature = 1.3f, .top_k = 5},
@@ -26,6 +29,8 @@ void SampleCase(int V, int rounds, uint32_t seed) {
                                               {.temperature = 0.7f, .top_p = 1e-6f},
                                               {.temperature = 3.0f, .top_p = 0.99f},  // the cut deep in the row
                                               {.temperature = 1.0f, .top_p = 0.5f, .top_k = 3000}};
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < repeat; ++i) params.insert(params.end(), sets.begin(), sets.end());
   const int rows = int(params.size());
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -58,6 +63,7 @@ void SampleCase(int V, int rounds, uint32_t seed) {
 
 TEST(CudaSample, SmallVocabularyMatchesHostSampler) { SampleCase(777, 40, 1); }
 TEST(CudaSample, FullVocabularyMatchesHostSampler) { SampleCase(201088, 6, 2); }
+TEST(CudaSample, ManyRowsGatherCandidatesAndMatchHostSampler) { SampleCase(777, 3, 3, 150); }
 
 // -0.0 and +0.0 are equal to the host's comparison, so they tie and keep token order.
 TEST(CudaSample, SignedZerosTieInTokenOrder) {

@@ -4,6 +4,8 @@
 // sampled. The sums run in double like the host's but in another order (per chunk, then across
 // chunks), so a draw within ~1e-16 of a boundary between two tokens may pick the other one.
 #pragma once
+#include <vector>
+
 #include "kernels/cuda/ops.cuh"
 
 namespace osprey::cuda {
@@ -25,19 +27,25 @@ class SampleScratch {
   SampleScratch& operator=(const SampleScratch&) = delete;
   ~SampleScratch();
   void reserve(int rows, int V);
-  uint64_t* keys_in = nullptr;    // [rows][V] (row, logit) sort keys
-  uint64_t* keys = nullptr;       // [rows][V] sorted: descending per row
-  int32_t* index_in = nullptr;    // [rows][V] token ids 0..V-1 per row
-  int32_t* order = nullptr;       // [rows][V] the token of each sorted key
-  double* w = nullptr;            // [rows][V] candidate weights exp((logit - max) / T)
-  double* chunk_sum = nullptr;    // [rows][chunks] their sums per chunk of candidates
-  uint32_t* row_max = nullptr;    // [rows] the maximum logit, as an order key
-  int32_t* cut = nullptr;         // [rows] top-p rows: candidates kept
-  double* kept = nullptr;         // [rows] top-p rows: their mass
+  uint64_t* keys_in = nullptr;     // [rows * V] gathered candidates' (row, logit, token) keys
+  uint64_t* keys = nullptr;        // [rows * V] sorted: descending, rows in order
+  double* w = nullptr;             // [rows][V] candidate weights exp((logit - max) / T)
+  double* chunk_sum = nullptr;     // [rows][chunks] their sums per chunk of candidates
+  double* chunk_all = nullptr;     // [rows][chunks] top-p rows: every token's weight per chunk
+  uint32_t* hist_count = nullptr;  // [rows][2048] tokens per bin of the logits' order keys
+  float* hist_mass = nullptr;      // [rows][2048] top-p rows: their weight (an estimate)
+  uint32_t* row_max = nullptr;     // [rows] the maximum logit, as an order key
+  uint32_t* threshold = nullptr;   // [rows] the order key at and above which candidates are gathered
+  int32_t* cand = nullptr;         // [rows] how many there are
+  int32_t* offset = nullptr;       // [rows] where each row's candidates start in keys
+  int32_t* fill = nullptr;         // [rows] gathering cursor
+  int32_t* cut = nullptr;          // [rows] top-p rows: candidates kept
+  double* kept = nullptr;          // [rows] top-p rows: their mass
   SampleRow* params = nullptr;    // [rows]
   void* cub = nullptr;
   size_t cub_bytes = 0;
   int rows = 0, V = 0;
+  std::vector<int32_t> host_cand, host_offset;  // [rows]
 
  private:
   void release();
@@ -45,10 +53,11 @@ class SampleScratch {
 
 // For each row r with params[r].temperature > 0: out[r] (device) = the token Sampler::sample_from
 // would draw from logits [r][V] with those parameters and u. params: host [rows], copied. When a
-// row has top-k or top-p, the rows are sorted first (one radix sort over all rows: descending,
-// stable, so equal logits keep ascending token order as the host's sort does; -0.0 ties with
-// +0.0 as in the host's comparison). Each row is spread over the GPU in chunks of candidates (a
-// block per chunk), not left to one SM. Greedy rows are not written.
+// row has top-k or top-p, the tokens that can be kept (found from a histogram of the logits) are
+// sorted first, in one radix sort over all rows: descending, equal logits in ascending token
+// order as the host's sort; -0.0 ties with +0.0 as in the host's comparison. The host waits once
+// for the number of candidates. Each row is spread over the GPU in chunks (a block per chunk),
+// not left to one SM. Greedy rows are not written.
 void sample_rows(const float* logits, int rows, int V, const SampleRow* params, int32_t* out, SampleScratch& scratch,
                  cudaStream_t s);
 
