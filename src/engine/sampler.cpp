@@ -36,38 +36,55 @@ int32_t choose_token(std::span<const float> logits, const TokenChoice& choice) {
 
 int32_t Sampler::sample_from(std::span<const float> logits, const SamplingParams& p, double u) {
   const int V = int(logits.size());
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  const int k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  if (k < V) {
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-    order.resize(k);
-  } else if (p.top_p < 1.0f) {
-    std::sort(order.begin(), order.end(), by_logit);
-  }
   const float m = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> prob(order.size());
-  double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) sum += prob[i] = std::exp(double(logits[order[i]] - m) / p.temperature);
-  size_t keep = order.size();
-  if (p.top_p < 1.0f) {  // smallest prefix (by probability) whose mass reaches top_p
+  auto weight = [&](int32_t i) { return std::exp(double(logits[size_t(i)] - m) / p.temperature); };
+  const bool top_k = p.top_k > 0 && p.top_k < V, top_p = p.top_p < 1.0f;
+  if (!top_k && !top_p) {  // every token, in token order
+    std::vector<double> w(static_cast<size_t>(V));
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += w[size_t(i)] = weight(i);
+    double r = u * sum;
+    for (int i = 0; i < V; ++i)
+      if ((r -= w[size_t(i)]) < 0) return i;
+    return V - 1;
+  }
+  // Candidates by descending logit, equal logits by ascending token: sorted only as far as needed.
+  const int n = top_k ? p.top_k : V;
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
+  int sorted = 0;
+  auto sort_to = [&](int upto) {  // the next largest after the first `sorted`, which are in place
+    upto = std::min(upto, n);
+    if (upto > sorted) std::partial_sort(order.begin() + sorted, order.begin() + upto, order.end(), by_logit);
+    sorted = std::max(sorted, upto);
+  };
+  std::vector<double> prob;  // weights of the sorted prefix
+  auto prob_at = [&](int j) {
+    if (j >= sorted) sort_to(std::max(64, 4 * sorted));
+    while (int(prob.size()) <= j) prob.push_back(weight(order[prob.size()]));
+    return prob[size_t(j)];
+  };
+  double total = 0;  // the candidates' mass: the top k in sorted order, or every token in token order
+  if (top_k)
+    for (int j = 0; j < n; ++j) total += prob_at(j);
+  else
+    for (int i = 0; i < V; ++i) total += weight(i);
+  int keep = n;
+  double kept = total;
+  if (top_p) {  // the smallest prefix whose mass reaches top_p of the total
+    const double target = double(p.top_p) * total;
     double cum = 0;
-    for (size_t i = 0; i < order.size(); ++i) {
-      cum += prob[i] / sum;
-      if (cum >= p.top_p) {
-        keep = i + 1;
+    for (int j = 0; j < n; ++j)
+      if ((cum += prob_at(j)) >= target) {
+        keep = j + 1, kept = cum;
         break;
       }
-    }
   }
-  double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
   double r = u * kept;
-  for (size_t i = 0; i < keep; ++i) {
-    r -= prob[i];
-    if (r < 0) return order[i];
-  }
-  return order[keep - 1];
+  for (int j = 0; j < keep; ++j)
+    if ((r -= prob_at(j)) < 0) return order[size_t(j)];
+  return order[size_t(keep - 1)];
 }
 
 }  // namespace osprey

@@ -1,6 +1,8 @@
 #include <cmath>
 #include <random>
 #include <gtest/gtest.h>
+#include <numeric>
+#include <algorithm>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -68,6 +70,59 @@ TEST(Sampler, TopKAndTopPTruncate) {
     EXPECT_LT(k2.sample(l), 2);
     EXPECT_EQ(p.sample(l), 0);  // token 0 alone holds > 50% of the mass
   }
+}
+
+// sample_from sorts candidates only as far as its cut needs: the same token as the definition,
+// which sorts every token (descending logit, ascending token among equal logits), sums the
+// candidates' mass (the top k in sorted order, or every token in token order), keeps the
+// smallest sorted prefix reaching top_p of it and walks that prefix with u times its mass.
+int32_t sample_by_definition(const std::vector<float>& l, const SamplingParams& p, double u) {
+  const int V = int(l.size());
+  const float m = *std::max_element(l.begin(), l.end());
+  auto w = [&](int i) { return std::exp(double(l[size_t(i)] - m) / p.temperature); };
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+  const bool top_k = p.top_k > 0 && p.top_k < V;
+  if (!top_k && p.top_p >= 1.0f) std::iota(order.begin(), order.end(), 0);  // token order
+  const int n = top_k ? p.top_k : V;
+  double total = 0;
+  for (int i = 0; i < V; ++i) total += top_k ? (i < n ? w(order[size_t(i)]) : 0.0) : w(i);
+  int keep = n;
+  double kept = total, cum = 0;
+  if (p.top_p < 1.0f)
+    for (int j = 0; j < n; ++j)
+      if ((cum += w(order[size_t(j)])) >= double(p.top_p) * total) {
+        keep = j + 1, kept = cum;
+        break;
+      }
+  double r = u * kept;
+  for (int j = 0; j < keep; ++j)
+    if ((r -= w(order[size_t(j)])) < 0) return order[size_t(j)];
+  return order[size_t(keep - 1)];
+}
+
+TEST(Sampler, SampleFromEqualsTheDefinition) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  int checked = 0;
+  for (int V : {7, 777, 5000}) {
+    std::vector<float> l(static_cast<size_t>(V));
+    for (int round = 0; round < 8; ++round) {
+      for (auto& x : l) x = nd(rng);
+      for (int i = 0; i + 1 < V; i += 5) l[size_t(i + 1)] = l[size_t(i)];  // ties
+      for (const SamplingParams& p : {SamplingParams{.temperature = 1.0f}, SamplingParams{.temperature = 0.7f, .top_p = 0.9f},
+                                      SamplingParams{.temperature = 3.0f, .top_p = 0.999f}, SamplingParams{.temperature = 1.0f, .top_k = 3},
+                                      SamplingParams{.temperature = 1.5f, .top_p = 0.6f, .top_k = 300},
+                                      SamplingParams{.temperature = 0.5f, .top_p = 1e-6f}})
+        for (double u : {0.0, 0.013, 0.5, 0.77, 0.999999}) {
+          EXPECT_EQ(Sampler::sample_from(l, p, u), sample_by_definition(l, p, u))
+              << "V " << V << " round " << round << " T " << p.temperature << " top_p " << p.top_p << " top_k " << p.top_k << " u " << u;
+          ++checked;
+        }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 8 * 6 * 5);
 }
 
 TEST(Sampler, RejectsBadParameters) {
