@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "kernels/cpu/ops.h"
 
 using namespace osprey;
@@ -51,4 +52,21 @@ void BM_mxfp4w_matmul(benchmark::State& st) {
 // q_proj [4096 x 2880], o_proj [2880 x 4096], mlp1 [5760 x 2880], mlp2 [2880 x 2880]
 BENCHMARK(BM_bf16w_matmul)->Args({1, 128, 2880})->Args({1, 4096, 2880})->Args({1, 2880, 4096})->Args({4, 4096, 2880})->UseRealTime();
 BENCHMARK(BM_mxfp4w_matmul)->Args({1, 256, 2880})->Args({1, 5760, 2880})->Args({1, 2880, 2880})->Args({4, 5760, 2880})->UseRealTime();
+// Sampler::sample_from on one row of the full vocabulary (normal logits, std 3): arg 0 selects
+// temperature 1 alone, temperature 0.8 with top-p 0.9, or temperature 1 with top-k 50.
+static void BM_sample_from(benchmark::State& state) {
+  const osprey::SamplingParams params[] = {{.temperature = 1.0f}, {.temperature = 0.8f, .top_p = 0.9f},
+                                           {.temperature = 1.0f, .top_k = 50}};
+  const osprey::SamplingParams& p = params[state.range(0)];
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(201088);
+  for (float& x : logits) x = nd(rng);
+  double u = 0.1;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(osprey::Sampler::sample_from(logits, p, u));
+    u = u < 0.9 ? u + 0.1 : 0.05;
+  }
+}
+BENCHMARK(BM_sample_from)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
