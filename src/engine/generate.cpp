@@ -57,10 +57,9 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
 
 namespace {
 // The token loop of the GPU paths: first(prompt) prefills and returns the first id, next(id)
-// appends it and returns the following one; only ids cross to the host (but for a sampled
-// first token).
+// appends it and returns the following one; only ids cross to the host.
 template <typename First, typename Next>
-std::vector<int32_t> greedy_loop(const GptOssConfig& cfg, const std::vector<int32_t>& prompt,
+std::vector<int32_t> token_loop(const GptOssConfig& cfg, const std::vector<int32_t>& prompt,
                                  const GenerateOptions& opt, GenerateStats* stats, First&& first, Next&& next) {
   if (prompt.empty()) fail("generate: the prompt is empty");
   using clock = std::chrono::steady_clock;
@@ -83,7 +82,7 @@ std::vector<int32_t> greedy_loop(const GptOssConfig& cfg, const std::vector<int3
 std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vector<int32_t>& prompt,
                                           const GenerateOptions& opt, GenerateStats* stats) {
   model.reset();
-  return greedy_loop(
+  return token_loop(
       model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.forward_argmax(p); },
       [&](int32_t t) { return model.forward_argmax(std::span(&t, 1)); });
 }
@@ -93,7 +92,7 @@ std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32
   const int32_t slot = 0;
   model.release(slot);
   if (opt.sampling.greedy())
-    return greedy_loop(
+    return token_loop(
         model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.prefill_argmax(slot, p); },
         [&](int32_t t) { return model.decode_argmax(std::span(&slot, 1), std::span(&t, 1))[0]; });
   // Sampling on the GPU with the generator's draws in sample()'s order (the token stream
@@ -103,7 +102,7 @@ std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32
     const TokenChoice c = sampler.next_choice();
     return GptOssCudaFp8::RowSampling{c.params.temperature, c.params.top_p, c.params.top_k, c.u};
   };
-  return greedy_loop(
+  return token_loop(
       model.config(), prompt, opt, stats,
       [&](const std::vector<int32_t>& p) { return model.prefill_select(slot, p, next_row()); },
       [&](int32_t t) {
