@@ -42,8 +42,8 @@ __device__ inline uint32_t order_key(float x) {
 }
 __device__ inline float key_value(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
 
-__device__ inline bool row_top_k(const SampleRow& p, int V) { return p.top_k > 0 && p.top_k < V; }
-__device__ inline bool row_sorted(const SampleRow& p, int V) { return row_top_k(p, V) || p.top_p < 1.0f; }
+__host__ __device__ inline bool row_top_k(const SampleRow& p, int V) { return p.top_k > 0 && p.top_k < V; }
+__host__ __device__ inline bool row_sorted(const SampleRow& p, int V) { return row_top_k(p, V) || p.top_p < 1.0f; }
 
 // Sorted candidates: (row, logit key, token) in one 64-bit key, rows first so that a descending
 // sort keeps them in order; among equal logits the lower token has the larger inverted id.
@@ -296,7 +296,6 @@ __global__ void __launch_bounds__(kThreads) find_kernel(const double* w, const d
 }
 
 int bit_width(unsigned x) { return x == 0 ? 0 : 32 - __builtin_clz(x); }
-bool is_sorted(const SampleRow& p, int V) { return p.temperature > 0.0f && ((p.top_k > 0 && p.top_k < V) || p.top_p < 1.0f); }
 // Up to this many tokens in sorted rows, all of them are sorted (no histogram, no wait).
 constexpr size_t kSortAllTokens = size_t(1) << 20;
 
@@ -341,12 +340,13 @@ void SampleScratch::reserve(int rows_, int V_) {
 void sample_rows(const float* logits, int rows, int V, const SampleRow* params, int32_t* out, SampleScratch& scratch,
                  cudaStream_t s) {
   if (rows == 0) return;
-  bool any = false, any_sorted = false, any_top_p = false;
+  bool any = false, any_top_p = false;
+  int sorted_rows = 0;
   for (int r = 0; r < rows; ++r) {
     const SampleRow& p = params[r];
     if (p.temperature <= 0.0f) continue;
     any = true;
-    any_sorted |= is_sorted(p, V);
+    sorted_rows += row_sorted(p, V);
     any_top_p |= p.top_p < 1.0f;
   }
   if (!any) return;  // greedy rows only: out holds their argmax already
@@ -357,10 +357,8 @@ void sample_rows(const float* logits, int rows, int V, const SampleRow* params, 
   const dim3 grid(unsigned((V + kChunk - 1) / kChunk), unsigned(rows));
   row_max_kernel<<<grid, kThreads, 0, s>>>(logits, V, x.params, x.row_max);
   const int index_bits = bit_width(unsigned(V - 1));
-  if (any_sorted) {
+  if (sorted_rows > 0) {
     std::vector<int32_t>& cand = x.host_cand;
-    int sorted_rows = 0;
-    for (int r = 0; r < rows; ++r) sorted_rows += is_sorted(params[r], V);
     OSPREY_CUDA_CHECK(cudaMemsetAsync(x.fill, 0, size_t(rows) * sizeof(int32_t), s));
     const bool all = size_t(sorted_rows) * V <= kSortAllTokens;
     if (all) {
@@ -382,7 +380,7 @@ void sample_rows(const float* logits, int rows, int V, const SampleRow* params, 
     int total = 0;
     for (int r = 0; r < rows; ++r) {
       x.host_offset[size_t(r)] = total;
-      total += is_sorted(params[r], V) ? cand[size_t(r)] : 0;
+      total += params[r].temperature > 0.0f && row_sorted(params[r], V) ? cand[size_t(r)] : 0;
     }
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(x.offset, x.host_offset.data(), size_t(rows) * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, s));
