@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/gpt_oss_cuda.h"
+#include "engine/slot_runner.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
 namespace osprey {
@@ -89,25 +90,18 @@ std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vec
 
 std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                    GenerateStats* stats) {
+  // Through the server's slot model: the same token selection on the GPU, with the generator's
+  // draws in sample()'s order (the token stream generate() would give from the same logits).
+  CudaSlotModel slots(model);
   const int32_t slot = 0;
-  model.release(slot);
-  if (opt.sampling.greedy())
-    return token_loop(
-        model.config(), prompt, opt, stats, [&](const std::vector<int32_t>& p) { return model.prefill_argmax(slot, p); },
-        [&](int32_t t) { return model.decode_argmax(std::span(&slot, 1), std::span(&t, 1))[0]; });
-  // Sampling on the GPU with the generator's draws in sample()'s order (the token stream
-  // generate() would give from the same logits).
+  slots.release(slot);
   Sampler sampler(opt.sampling);
-  auto next_row = [&] {
-    const TokenChoice c = sampler.next_choice();
-    return GptOssCudaFp8::RowSampling{c.params.temperature, c.params.top_p, c.params.top_k, c.u};
-  };
   return token_loop(
       model.config(), prompt, opt, stats,
-      [&](const std::vector<int32_t>& p) { return model.prefill_select(slot, p, next_row()); },
+      [&](const std::vector<int32_t>& p) { return slots.prefill_select(slot, p, sampler.next_choice()); },
       [&](int32_t t) {
-        const GptOssCudaFp8::RowSampling row = next_row();
-        return model.decode_sample(std::span(&slot, 1), std::span(&t, 1), std::span(&row, 1))[0];
+        const TokenChoice c = sampler.next_choice();
+        return slots.decode_select(std::span(&slot, 1), std::span(&t, 1), std::span(&c, 1))[0];
       });
 }
 

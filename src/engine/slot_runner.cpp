@@ -79,19 +79,18 @@ std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span
     if (plan.chunks[i].sample) choice_of[i] = k++;
   if (k != int(choices.size())) fail("run_select: {} choices for {} sampling chunks", choices.size(), k);
   std::vector<int32_t> out(size_t(k), -1);
+  TokenChoice greedy;  // for chunks that do not sample: their token is ignored
+  greedy.params.temperature = 0.0f;
+  auto choice = [&](size_t i) -> const TokenChoice& { return choice_of[i] >= 0 ? choices[size_t(choice_of[i])] : greedy; };
   walk(
       plan,
       [&](size_t i, int slot, std::span<const int32_t> toks) {
-        TokenChoice greedy;  // a prompt chunk that does not sample: its token is ignored
-        greedy.params.temperature = 0.0f;
-        const int32_t id = model_.prefill_select(slot, toks, choice_of[i] >= 0 ? choices[size_t(choice_of[i])] : greedy);
+        const int32_t id = model_.prefill_select(slot, toks, choice(i));
         if (choice_of[i] >= 0) out[size_t(choice_of[i])] = id;
       },
       [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
-        std::vector<TokenChoice> dec(chunk.size());  // a decode chunk that does not sample: greedy, ignored
-        for (size_t j = 0; j < chunk.size(); ++j)
-          if (choice_of[chunk[j]] >= 0) dec[j] = choices[size_t(choice_of[chunk[j]])];
-          else dec[j].params.temperature = 0.0f;
+        std::vector<TokenChoice> dec(chunk.size());
+        for (size_t j = 0; j < chunk.size(); ++j) dec[j] = choice(chunk[j]);
         std::vector<int32_t> ids = model_.decode_select(slots, tokens, dec);
         if (ids.size() != chunk.size()) fail("decode_select returned {} tokens for {} slots", ids.size(), chunk.size());
         for (size_t j = 0; j < chunk.size(); ++j)
@@ -136,9 +135,15 @@ void CudaSlotModel::release(int slot) { model_.release(slot); }
 std::vector<float> CudaSlotModel::prefill(int slot, std::span<const int32_t> tokens) {
   return model_.prefill(slot, tokens, /*all_logits=*/false);
 }
+namespace {
+GptOssCudaFp8::RowSampling row_sampling(const TokenChoice& c) {
+  const SamplingParams& p = c.params;
+  return {p.greedy() ? 0.0f : p.temperature, p.top_p, p.top_k, c.u};
+}
+}  // namespace
+
 int32_t CudaSlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) {
-  const SamplingParams& p = choice.params;
-  return model_.prefill_select(slot, tokens, {p.greedy() ? 0.0f : p.temperature, p.top_p, p.top_k, choice.u});
+  return model_.prefill_select(slot, tokens, row_sampling(choice));
 }
 std::vector<std::vector<float>> CudaSlotModel::decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
   return model_.decode_logits(slots, tokens);
@@ -148,10 +153,7 @@ std::vector<int32_t> CudaSlotModel::decode_select(std::span<const int32_t> slots
   const bool greedy = std::all_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.params.greedy(); });
   if (greedy) return model_.decode_argmax(slots, tokens);
   std::vector<GptOssCudaFp8::RowSampling> rows(choices.size());
-  for (size_t i = 0; i < choices.size(); ++i) {
-    const SamplingParams& p = choices[i].params;
-    rows[i] = {p.greedy() ? 0.0f : p.temperature, p.top_p, p.top_k, choices[i].u};
-  }
+  std::transform(choices.begin(), choices.end(), rows.begin(), row_sampling);
   return model_.decode_sample(slots, tokens, rows);
 }
 

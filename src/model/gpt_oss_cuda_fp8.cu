@@ -497,9 +497,11 @@ struct GptOssCudaFp8::Impl {
   void check_slot(int slot) const {
     if (slot < 0 || slot >= opt.slots) fail_plain("slot " + std::to_string(slot) + " out of range");
   }
-  static void check_sampling(const GptOssCudaFp8::RowSampling& r) {
+  // A row's sampling for sample_rows, checked.
+  static cuda::SampleRow sample_row(const GptOssCudaFp8::RowSampling& r) {
     if (r.temperature > 0.0f && (!(r.top_p > 0.0f && r.top_p <= 1.0f) || r.top_k < 0 || !(r.u >= 0.0 && r.u < 1.0)))
       fail_plain("sampling: top_p must be in (0, 1], top_k >= 0 and the draw in [0, 1)");
+    return {r.temperature, r.top_p, r.top_k, r.u};
   }
   cuda::SampleScratch sample_scratch;
 
@@ -513,7 +515,7 @@ struct GptOssCudaFp8::Impl {
   // the next token selected on the GPU with *select (argmax or sampled) in *id_out.
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits,
                              const GptOssCudaFp8::RowSampling* select = nullptr, int32_t* id_out = nullptr) {
-    if (select) check_sampling(*select);
+    const cuda::SampleRow row = select ? sample_row(*select) : cuda::SampleRow{};
     check_slot(slot);
     check_tokens(tokens);
     if (tokens.empty()) fail_plain("prefill: no tokens");
@@ -543,8 +545,7 @@ struct GptOssCudaFp8::Impl {
       } else if (last) {
         unembed_rows(pass, T - 1, T, logits.ptr);
         if (select) {
-          if (select->temperature > 0.0f) {
-            const cuda::SampleRow row{select->temperature, select->top_p, select->top_k, select->u};
+          if (row.temperature > 0.0f) {
             cuda::sample_rows(logits.ptr, 1, cfg.vocab, &row, d_out_id.ptr, sample_scratch, stream);
           } else {
             cuda::argmax_rows(logits.ptr, d_out_id.ptr, 1, cfg.vocab, stream);
@@ -628,10 +629,10 @@ struct GptOssCudaFp8::Impl {
   std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
                                      std::span<const GptOssCudaFp8::RowSampling> rows) {
     if (rows.size() != slots.size()) fail_plain("decode_sample: one sampling row per slot");
-    for (const auto& r : rows) check_sampling(r);
+    std::vector<cuda::SampleRow> p(slots.size());  // padding rows past them: greedy
+    for (size_t i = 0; i < rows.size(); ++i) p[i] = sample_row(rows[i]);
     const int b = decode_step(slots, tokens);
-    std::vector<cuda::SampleRow> p(b);
-    for (size_t i = 0; i < rows.size(); ++i) p[i] = {rows[i].temperature, rows[i].top_p, rows[i].top_k, rows[i].u};
+    p.resize(size_t(b));
     cuda::sample_rows(logits.ptr, b, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
     std::vector<int32_t> out(b);
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, b * 4, cudaMemcpyDeviceToHost, stream));
