@@ -50,6 +50,14 @@ fp8::Matrix random_experts(int E, int N, int K, uint32_t seed) {
   return all;
 }
 
+// Choices [T][k] spread over E experts: token t's j-th expert is (a t + b j) mod E.
+std::vector<int32_t> modular_choices(int T, int k, int E, int a, int b) {
+  std::vector<int32_t> idx(size_t(T) * k);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (a * t + b * j) % E;
+  return idx;
+}
+
 // The (token, choice) pairs `choices` [T][k] and their sort by expert on the device (moe_sort).
 struct DevSortedPairs {
   Dev<int32_t> idx, seg, row_token, pair_row, active;
@@ -570,9 +578,7 @@ TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {
 TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
   const int T = GetParam(), E = 8, k = 4, I = 2880;
   std::mt19937 rng(120);
-  std::vector<int32_t> idx(size_t(T) * k);
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (t + 3 * j) % E;
+  const std::vector<int32_t> idx = modular_choices(T, k, E, 1, 3);
   const int P = cuda::moe_rows_max(T, k, E);
   DevSortedPairs sorted(idx, T, k, E);
   auto& [di, seg, row_token, pair_row, active] = sorted;
@@ -604,9 +610,7 @@ TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
 // launch that computes every row (activation scales laid out per whole segment, padding included).
 TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   const int T = GetParam(), E = 8, k = 4, I = 2880, N = 400;
-  std::vector<int32_t> idx(size_t(T) * k);
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (t + 3 * j) % E;
+  const std::vector<int32_t> idx = modular_choices(T, k, E, 1, 3);
   const int P = cuda::moe_rows_max(T, k, E);
   DevSortedPairs sorted(idx, T, k, E);
   auto& [di, seg, row_token, pair_row, active] = sorted;
@@ -655,9 +659,7 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
 
 TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) {
   const int T = GetParam(), E = 8, k = 4, H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
-  std::vector<int32_t> idx(size_t(T) * k);
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < k; ++j) idx[size_t(t) * k + j] = (2 * t + j) % E;
+  const std::vector<int32_t> idx = modular_choices(T, k, E, 2, 1);
   const int P = cuda::moe_rows_max(T, k, E);
   DevSortedPairs sorted(idx, T, k, E);
   auto& [di, seg, row_token, pair_row, active] = sorted;
