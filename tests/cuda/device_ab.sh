@@ -6,14 +6,10 @@
 # (an osprey built from an earlier commit), the same with that build. Kernel tests first unless
 # SKIP_KERNEL_TESTS (TEST_FILTER: a gtest filter). BIN and TESTS_BIN: the osprey and kernel-test
 # binaries under test (default build/). Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT.
-set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
-B=${BIN:-$PWD/build/osprey}
-TESTS=${TESTS_BIN:-build/tests/osprey_cuda_tests}
-M=${MODELS:-/root/osprey_models}
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/device_env.sh"
+B=${BIN:-$B}
+TESTS=${TESTS_BIN:-$T}
 BATCHES=${BATCHES:-1,8,64}
-mkdir -p "$M" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -z "${SKIP_KERNEL_TESTS:-}" ]; then
   echo "== kernel tests"

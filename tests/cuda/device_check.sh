@@ -3,11 +3,7 @@
 # synthetic checkpoints (parity shapes, tiny, the 20b shape), runs compute-sanitizer, and times
 # batch-1 prefill and decode on the 20b shape. Needs build/osprey built here with CUDA and the
 # carried .devcarry/lib (cpp-httplib). Writes $OUT/device_check.log.
-set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
-B=$PWD/build/osprey
-M=${MODELS:-/root/osprey_models}
-mkdir -p "$M"
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== CUDA kernels vs their CPU twins"
 $PWD/build/tests/osprey_cuda_tests 2>&1 | grep -E "^\[  (PASSED|FAILED)|Failure|tests ran" | head -20
@@ -35,7 +31,7 @@ echo "== greedy decode, CUDA (device-side decode steps) vs CPU"
 for p in parity-a parity-b tiny; do
   G=$($B generate --backend cuda --precision bf16 --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
   C=$($B --threads 16 generate --backend cpu --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
-  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p: cuda and cpu greedy agree on the first {n} of {len(a)} tokens')" "$G" "$C"
+  agreement "$p greedy" "$G" "$C"
 done
 echo "== compute-sanitizer memcheck (decode steps, parity-b)"
 compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --precision bf16 --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2

@@ -4,13 +4,7 @@
 # fp32 and its fp8 emulation on synthetic checkpoints, then `bench --backend cuda` on the 20b
 # shape. Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT. Decode under other
 # settings (OSPREY_PDL=none, OSPREY_MERGE_TAIL=0) or against an earlier build: device_ab.sh.
-set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
-B=$PWD/build/osprey
-T=$PWD/build/tests/osprey_cuda_tests
-M=${MODELS:-/root/osprey_models}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$M" "$OUT"
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 df -h / /dev/shm | tail -2; free -g | head -2
 if [ -z "${SKIP_KERNEL_TESTS:-}" ]; then
@@ -35,22 +29,14 @@ for p in parity-a parity-b tiny; do $B synth --preset $p --seed 7 --branch-scale
 [ -z "${SKIP_20B_CHECK:-}" ] && $B synth --preset 20b --seed 1 --branch-scale 0.25 --out $M/20b-calm --quiet
 python3 tests/cuda/correctness.py "$B" "$M" 2>&1 | tee $OUT/correctness.log
 echo "== greedy: CUDA fp8 (graphs) vs CPU fp8 emulation"
-for p in parity-a parity-b tiny; do
-  G=$($B generate --backend cuda --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
-  C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens 5,6,7,8,9,10,11,12 --max-tokens 24 --greedy --ignore-eos 2>/dev/null)
-  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p: cuda fp8 and cpu fp8 greedy agree on the first {n} of {len(a)} tokens')" "$G" "$C"
-done
+cuda_vs_cpu "parity-a parity-b tiny" "--greedy" 0 5,6,7,8,9,10,11,12
 echo "== sampled generate on the GPU (tiny): seeded runs repeat, another seed differs"
 S1=$($B generate --backend cuda --model $M/tiny --tokens 5,6,7 --max-tokens 16 --temperature 0.9 --top-p 0.95 --seed 3 --ignore-eos 2>/dev/null)
 S2=$($B generate --backend cuda --model $M/tiny --tokens 5,6,7 --max-tokens 16 --temperature 0.9 --top-p 0.95 --seed 3 --ignore-eos 2>/dev/null)
 S3=$($B generate --backend cuda --model $M/tiny --tokens 5,6,7 --max-tokens 16 --temperature 0.9 --top-p 0.95 --seed 4 --ignore-eos 2>/dev/null)
 echo "seed 3: $S1"; echo "seed 3 again identical: $([ "$S1" = "$S2" ] && echo yes || echo NO); seed 4 differs: $([ "$S1" != "$S3" ] && echo yes || echo NO)"
 echo "== sampled generate: CUDA fp8 (GPU sampling) vs CPU fp8 emulation (host sampler), same seeds"
-for p in parity-a parity-b tiny; do for sd in 1 2 3; do
-  G=$($B generate --backend cuda --model $M/$p --tokens 5,6,7,8 --max-tokens 24 --temperature 0.8 --top-p 0.9 --seed $sd --ignore-eos 2>/dev/null)
-  C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens 5,6,7,8 --max-tokens 24 --temperature 0.8 --top-p 0.9 --seed $sd --ignore-eos 2>/dev/null)
-  python3 -c "import sys; a=sys.argv[1].split(','); b=sys.argv[2].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'$p seed $sd: cuda and cpu sampled agree on the first {n} of {len(a)} tokens')" "$G" "$C"
-done; done
+cuda_vs_cpu "parity-a parity-b tiny" "--temperature 0.8 --top-p 0.9" "1 2 3"
 echo "== compute-sanitizer memcheck: fp8 generate (graphs) on parity-b"
 compute-sanitizer --tool memcheck --print-limit 5 $B generate --backend cuda --model $M/parity-b --tokens 1,2,3 --max-tokens 6 --greedy --ignore-eos 2>&1 | tail -2
 fi

@@ -1,0 +1,33 @@
+# Sourced by the device scripts (tests/cuda/device_*.sh) on the GPU machine: the carried
+# libraries, the binaries built on the CPU machine, where models and logs go, and the checks that
+# compare token streams of the CUDA path with the CPU fp8 emulation's.
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
+B=$PWD/build/osprey
+T=$PWD/build/tests/osprey_cuda_tests
+M=${MODELS:-/root/osprey_models}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$M" "$OUT"
+
+# agreement LABEL A B: prints how many leading tokens the comma-separated streams A and B share.
+agreement() {
+  python3 -c "import sys; a=sys.argv[2].split(','); b=sys.argv[3].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'{sys.argv[1]}: cuda and cpu agree on the first {n} of {len(a)} tokens')" "$@"
+}
+
+# cuda_vs_cpu "MODELS" "MODES" "SEEDS" [PROMPT]: for each synthetic checkpoint under $M (written
+# first if missing, seed 7), ";"-separated generate arguments and seed, `generate --backend cuda`
+# against `generate --precision fp8` on the CPU (24 tokens after PROMPT, default 5,6,7,8): greedy
+# decoding, or seeded sampling on the GPU against the host sampler.
+cuda_vs_cpu() {
+  local models=$1 modes=$2 seeds=$3 prompt=${4:-5,6,7,8} p mode sd
+  IFS=';' read -ra mode_list <<< "$modes"
+  for p in $models; do
+    [ -d $M/$p ] || $B synth --preset $p --seed 7 --out $M/$p --quiet
+    for mode in "${mode_list[@]}"; do for sd in $seeds; do
+      local G C
+      G=$($B generate --backend cuda --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+      C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+      agreement "$p $mode seed $sd" "$G" "$C"
+    done; done
+  done
+}
