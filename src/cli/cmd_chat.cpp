@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "engine/generate.h"
@@ -42,7 +43,7 @@ void add_chat(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (CPU)");
-  cmd->add_option("--model", args->model, "checkpoint directory")->required();
+  cmd->add_option("--model", args->model, "checkpoint directory (default: the embedded osprey-mini)");
   cmd->add_option("--reasoning-effort", args->effort, "low | medium | high")->check(CLI::IsMember({"low", "medium", "high"}));
   cmd->add_option("--max-tokens", args->max_tokens, "tokens per answer")->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", args->temperature, "sampling temperature (0: greedy)");
@@ -51,6 +52,7 @@ void add_chat(CLI::App& app) {
   cmd->callback([args] {
     const bool tty = ::isatty(1);
     const std::string dim = tty ? "\x1b[2m" : "", reset = tty ? "\x1b[0m" : "";
+    args->model = model_or_default(args->model);
     GptOssWeights w = GptOssWeights::load(args->model);
     prefault(w);
     harmony::Tokenizer tok = harmony::Tokenizer::for_model_dir(args->model);

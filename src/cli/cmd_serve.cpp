@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -28,7 +29,7 @@ void add_serve(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
-  cmd->add_option("--model", args->model, "checkpoint directory (with its tokenizer)")->required();
+  cmd->add_option("--model", args->model, "checkpoint directory (with its tokenizer); default: the embedded osprey-mini");
   cmd->add_option("--host", args->host, "address to bind");
   cmd->add_option("--port", args->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--backend", args->backend, "cpu | cuda (the FP8 path; decode steps batched as CUDA graphs)")
@@ -42,6 +43,7 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "KV-cache memory when --kv-blocks is 0")->check(CLI::PositiveNumber);
   cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
   cmd->callback([args] {
+    args->model = model_or_default(args->model);
     log_info("loading {}", args->model);
     GptOssWeights w = GptOssWeights::load(args->model);
     harmony::Tokenizer tok = harmony::Tokenizer::for_model_dir(args->model);

@@ -114,7 +114,9 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
   const ordered_json& msgs = *msgs_it;
   // An assistant's reasoning is kept only if no later assistant message carries a final answer.
   std::vector<bool> final_after(msgs.size() + 1, false);
-  for (size_t i = msgs.size(); i-- > 0;) {
+  if (settings.last_is_reply && (!msgs.back().is_object() || msgs.back().value("role", "") != "assistant"))
+    fail("the last message must be the assistant's reply");
+  for (size_t i = msgs.size() - (settings.last_is_reply ? 1 : 0); i-- > 0;) {
     const ordered_json& m = msgs[i];
     bool is_final = m.is_object() && m.value("role", "") == "assistant" && m.contains("content") &&
                     !m["content"].is_null() && !(m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty());

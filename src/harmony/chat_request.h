@@ -15,6 +15,10 @@ namespace osprey::harmony {
 
 struct ChatRenderSettings {
   std::string current_date;  // YYYY-MM-DD for the system message; empty: none
+  // The last message is an assistant reply to train on (`osprey render --reply`): its reasoning
+  // is kept, and it does not count as a later final answer for the messages before it, so they
+  // render exactly as in the request that asked for it.
+  bool last_is_reply = false;
 };
 
 // Throws osprey::Error naming the offending field on a malformed request.

@@ -1,5 +1,6 @@
 #include "harmony/renderer.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -284,6 +285,26 @@ std::vector<int32_t> Renderer::render_for_completion(const std::vector<Message>&
   std::vector<int32_t> out = render_conversation(msgs, opt);
   out.push_back(kStart);
   text(next_role, out);
+  return out;
+}
+
+std::vector<int32_t> Renderer::render_reply(const std::vector<Message>& msgs, size_t first) const {
+  if (first >= msgs.size()) fail("the reply has no messages");
+  bool has_function_tools = false;
+  for (auto& m : msgs) has_function_tools = has_function_tools || declares_function_tools(m);
+  std::vector<int32_t> header = {kStart}, out;
+  text("assistant", header);
+  for (size_t i = first; i < msgs.size(); ++i) {
+    if (msgs[i].role != "assistant") fail("reply message {} is a {} message, not the assistant's", i - first, msgs[i].role);
+    std::vector<int32_t> m;
+    render_message(msgs[i], has_function_tools, m);
+    // The prompt already holds the first message's <|start|>assistant.
+    const size_t skip = i == first && std::equal(header.begin(), header.end(), m.begin()) ? header.size() : 0;
+    out.insert(out.end(), m.begin() + skip, m.end());
+  }
+  const Message& last = msgs.back();
+  if (last.channel == "final") out.back() = kReturn;
+  else if (!last.recipient) fail("a reply must end in a final answer or a tool call");
   return out;
 }
 

@@ -30,6 +30,10 @@ class Renderer {
   // render_conversation, then <|start|> + next_role (ids 200006, 173781 for assistant).
   std::vector<int32_t> render_for_completion(const std::vector<Message>& msgs, const RenderOptions& opt,
                                              const std::string& next_role = "assistant") const;
+  // Messages msgs[first..] (all the assistant's) as the model writes them after a prompt that ends in
+  // <|start|>assistant: that header is left out, a final answer ends in <|return|>, a tool call in
+  // <|call|>. Throws unless the reply ends in one of those two.
+  std::vector<int32_t> render_reply(const std::vector<Message>& msgs, size_t first) const;
 
  private:
   void text(std::string_view s, std::vector<int32_t>& out) const { tok_.encode_ordinary_into(s, out); }

@@ -481,7 +481,8 @@ struct GptOssCudaFp8::Impl {
   }
 
   // Unembedding of rows [first, T) (their final norm is in act_h, scales ld = round4(T)) into
-  // `out` [T - first][vocab].
+  // `out` [T - first][vocab]. With first = 0 the cuBLASLt path writes round4(T) rows: `out` must
+  // hold them (the padding rows are garbage).
   void unembed_rows(const Pass& pass, int first, int T, float* out) {
     const int H = cfg.hidden;
     dense(pass, unembed, nullptr, act_h.q.ptr + size_t(first) * H, act_h.s.ptr + first, fp8::round4(T), out, T - first,
@@ -538,7 +539,8 @@ struct GptOssCudaFp8::Impl {
       len[slot] += T;
       const bool last = i0 + T == tokens.size();
       if (all_logits) {
-        if (all.n < size_t(T) * cfg.vocab) all = DeviceArray<float>(size_t(T) * cfg.vocab);
+        // cuBLASLt computes round4(T) rows (its row count must be a multiple of 4): room for all of them.
+        if (all.n < size_t(fp8::round4(T)) * cfg.vocab) all = DeviceArray<float>(size_t(fp8::round4(T)) * cfg.vocab);
         unembed_rows(pass, 0, T, all.ptr);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data() + i0 * cfg.vocab, all.ptr, size_t(T) * cfg.vocab * 4,
                                           cudaMemcpyDeviceToHost, stream));

@@ -49,5 +49,7 @@ std::vector<int32_t> GptOssCudaFp8::decode_sample(std::span<const int32_t>, std:
 void GptOssCudaFp8::fill_random(int, int) {}
 void GptOssCudaFp8::synchronize() {}
 double GptOssCudaFp8::weight_bytes() const { return 0; }
+int64_t GptOssCudaFp8::free_kv_pages() const { return 0; }
+double GptOssCudaFp8::measure_copy_bandwidth() { fail("no CUDA backend"); }
 
 }  // namespace osprey

@@ -244,5 +244,60 @@ TEST(HarmonyCli, TokenizeRenderParseContracts) {
   EXPECT_NE(r.err.find("messages[0].role 'robot'"), std::string::npos) << r.err;
 }
 
+
+// Training data: `render --reply` renders the prompt exactly as `serve` renders the request without
+// its last message, then that assistant reply as the model writes it.
+TEST(HarmonyCli, RenderReplyForTraining) {
+  test::TempDir d;
+  test::write_file(d / "vocab.tiktoken", std::string(Tokenizer::embedded_tiktoken_text()));
+  const std::string tk = " --tokenizer " + (d / "vocab.tiktoken") + " --date 2025-01-02";
+  const std::string prompt = R"({"role": "user", "content": "Weather in SF?"},
+      {"role": "assistant", "reasoning_content": "Need the tool.", "content": null,
+       "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"SF\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 20}"})";
+  test::write_file(d / "prompt.json", "{\"messages\": [" + prompt + "]}");
+  test::write_file(d / "answer.json", "{\"messages\": [" + prompt +
+                                           R"(, {"role": "assistant", "reasoning_content": "It is 20.", "content": "20 degrees."}]})");
+  auto p = test::run_cli("render" + tk + " --request " + (d / "prompt.json"));
+  auto r = test::run_cli("render" + tk + " --request " + (d / "answer.json") + " --reply");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto pj = nlohmann::json::parse(p.out), rj = nlohmann::json::parse(r.out);
+  const auto pids = pj["ids"].get<std::vector<int32_t>>(), rids = rj["ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(rj["prompt_tokens"].get<size_t>(), pids.size());
+  // The prompt keeps the tool loop's reasoning: the reply's final answer does not drop it.
+  EXPECT_TRUE(std::equal(pids.begin(), pids.end(), rids.begin()));
+  const std::string text = rj["text"].get<std::string>();
+  EXPECT_EQ(text.substr(pj["text"].get<std::string>().size()),
+            "<|channel|>analysis<|message|>It is 20.<|end|><|start|>assistant<|channel|>final<|message|>20 degrees.<|return|>");
+  // A tool call reply ends in <|call|>; JSON Lines in, one line out per request.
+  test::write_file(d / "many.jsonl",
+                   R"({"date": "2025-03-04", "request": {"messages": [{"role": "user", "content": "SF?"}, {"role": "assistant", "reasoning_content": "Call.", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}]}})"
+                   "\n" + nlohmann::json{{"request", nlohmann::json::parse("{\"messages\": [" + prompt +
+                                                                      R"(, {"role": "assistant", "content": "20."}]})")}}.dump() +
+                   "\n");
+  r = test::run_cli("render" + tk + " --requests " + (d / "many.jsonl") + " --reply");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<nlohmann::json> lines;
+  for (size_t a = 0, b; (b = r.out.find('\n', a)) != std::string::npos; a = b + 1) lines.push_back(nlohmann::json::parse(r.out.substr(a, b - a)));
+  ASSERT_EQ(lines.size(), 2u);
+  const auto call = lines[0]["ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(call.back(), kCall);
+  EXPECT_NE(tok().decode(call).find("Current date: 2025-03-04"), std::string::npos);  // the line's own date
+  EXPECT_NE(tok().decode(call).find("Call.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary"),
+            std::string::npos) << tok().decode(call);
+  EXPECT_EQ(lines[1]["ids"].back(), kReturn);
+  // A reply must end in an answer or a call, and must be the assistant's.
+  test::write_file(d / "bad.jsonl", R"({"request": {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "reasoning_content": "Hmm."}]}})"
+                                    "\n");
+  r = test::run_cli("render" + tk + " --requests " + (d / "bad.jsonl") + " --reply");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("line 1: a reply must end in a final answer or a tool call"), std::string::npos) << r.err;
+  test::write_file(d / "bad2.json", R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]})");
+  r = test::run_cli("render" + tk + " --request " + (d / "bad2.json") + " --reply");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("the last message must be the assistant's reply"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace osprey::harmony

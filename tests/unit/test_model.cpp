@@ -336,5 +336,28 @@ TEST(Bf16Emulation, RoundsTheGemmInputsOnly) {
   EXPECT_EQ(emu2.forward(toks, c3, true), b);
 }
 
+// `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.
+TEST(GenerateCli, PromptsFileEqualsOneRunPerPrompt) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
+  test::write_file(d / "prompts.txt", "5,6,7\n\n9\n1,2,3,4,5,6,7,8,9,10\n");
+  auto many = test::run_cli("generate --model " + (d / "m") + " --prompts " + (d / "prompts.txt") + " --max-tokens 6 --greedy --ignore-eos");
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  std::string expect;
+  for (const char* p : {"5,6,7", "9", "1,2,3,4,5,6,7,8,9,10"}) {
+    auto one = test::run_cli("generate --model " + (d / "m") + " --tokens " + p + " --max-tokens 6 --greedy --ignore-eos");
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    expect += one.out;
+  }
+  EXPECT_EQ(many.out, expect);
+  EXPECT_EQ(std::count(many.out.begin(), many.out.end(), '\n'), 3);
+  test::write_file(d / "bad.txt", "5,6\n5,x\n");
+  auto bad = test::run_cli("generate --model " + (d / "m") + " --prompts " + (d / "bad.txt") + " --max-tokens 2");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("line 2"), std::string::npos) << bad.err;
+  auto both = test::run_cli("generate --model " + (d / "m") + " --prompts " + (d / "bad.txt") + " --tokens 1 --max-tokens 2");
+  EXPECT_NE(both.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace osprey
