@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Fresh machine to a served model: installs dependencies, builds, writes the embedded default
-# model (the tiny synthetic gpt-oss checkpoint with the real o200k_harmony tokenizer), starts the
-# OpenAI-compatible server on it, sends one chat request, shows the answer, and stops the server.
-# (The tiny model's weights are random: its answer is well-formed JSON over meaningless tokens.)
+# Fresh machine to a served model: installs dependencies and the embedded default model (setup.sh),
+# builds, starts the OpenAI-compatible server on osprey-mini (no --model: the default), asks it one
+# question, shows the answer with its reasoning, and stops the server.
+# osprey-mini is a small gpt-oss trained by train/ on synthetic dialogues (country facts, arithmetic,
+# unit conversions, tool calls): a model for demos and tests, not a general assistant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh >/dev/null
-MODEL=models/tiny
-[ -f "$MODEL/tokenizer.json" ] || build/osprey synth --preset tiny --seed 0 --out "$MODEL" --quiet
 PORT=${PORT:-8000}
-build/osprey serve --model "$MODEL" --port "$PORT" &
+build/osprey serve --port "$PORT" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
-REQUEST='{"model": "tiny", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24, "temperature": 0}'
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
+REQUEST='{"model": "osprey-mini", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 200, "temperature": 0}'
 echo "POST /v1/chat/completions $REQUEST"
-echo "answer:"
-curl -sS "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' -d "$REQUEST"
-echo
+RESPONSE=$(curl -sS "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' -d "$REQUEST")
+echo "$RESPONSE"
+node -e 'const m = JSON.parse(process.argv[1]).choices[0].message;
+         console.log(`\nreasoning: ${m.reasoning_content}\nanswer:    ${m.content}`);' "$RESPONSE"

@@ -73,6 +73,48 @@ TEST_P(ParityVsTransformers, LogitsAndGreedyContinuation) {
   EXPECT_EQ(generate(model, prompt, opt), expect);
 }
 
+// The trained default model as shipped (data/osprey-mini.tar.xz, unpacked by scripts/setup.sh):
+// transformers fp32 logits of a held-out dialogue, kept over the ids the model uses (train.py keeps
+// every other id's embedding and unembedding rows at zero, so their logits are exactly 0).
+TEST(ParityTrained, OspreyMiniMatchesTransformers) {
+  const fs::path model_dir = fs::path(OSPREY_MODELS_DIR) / "osprey-mini";
+  const fs::path dir = fs::path(OSPREY_TEST_DATA) / "parity_trained" / "osprey-mini";
+  ASSERT_TRUE(fs::exists(model_dir / "config.json")) << model_dir << " is missing: run scripts/setup.sh";
+  auto meta = nlohmann::json::parse(test::read_file((dir / "meta.json").string()));
+  const std::vector<int32_t> tokens = meta["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> cols = meta["columns"].get<std::vector<int32_t>>();
+  NpyF32 golden = read_npy_f32((dir / "logits.npy").string());
+  ASSERT_EQ(golden.shape, (std::vector<int64_t>{int64_t(tokens.size()), int64_t(cols.size())}));
+  GptOssWeights w = GptOssWeights::load(model_dir.string());
+  GptOssCpuModel model(w);
+  const int V = w.config.vocab;
+  KvCache cache = model.new_cache();
+  std::vector<float> logits = model.forward(tokens, cache, /*all_logits=*/true);
+  std::vector<bool> used(V, false);
+  for (int32_t c : cols) used[c] = true;
+  double worst = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const float* a = &logits[t * V];
+    const float* b = &golden.data[t * cols.size()];
+    double num = 0, den = 0;
+    size_t best_a = 0, best_b = 0;
+    for (size_t j = 0; j < cols.size(); ++j) {
+      const double d = double(a[cols[j]]) - b[j];
+      num += d * d, den += double(b[j]) * b[j];
+      if (a[cols[j]] > a[cols[best_a]]) best_a = j;
+      if (b[j] > b[best_b]) best_b = j;
+    }
+    int nonzero_unused = 0;
+    for (int i = 0; i < V; ++i) nonzero_unused += !used[i] && a[i] != 0.0f;
+    EXPECT_EQ(nonzero_unused, 0) << "position " << t << ": an unused id has a non-zero logit";
+    const double rel = std::sqrt(num / den);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-4) << "position " << t;
+    EXPECT_EQ(best_a, best_b) << "position " << t;
+  }
+  std::printf("[parity osprey-mini] %zu positions, worst relative error %.3g\n", tokens.size(), worst);
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, ParityVsTransformers, ::testing::ValuesIn(golden_cases()),
                          [](const auto& info) {
                            std::string n = info.param;

@@ -1,0 +1,173 @@
+// End-to-end tests of `osprey serve` with the official `openai` npm client, on loopback, against
+// the small trained model (osprey-mini): its answers, reasoning, tool calls and multi-turn chat,
+// all greedy. Usage: node test_trained.mjs OSPREY_BINARY MODEL_DIR
+import { spawn } from "node:child_process";
+import OpenAI from "openai";
+
+const [osprey, modelDir] = process.argv.slice(2);
+if (!osprey || !modelDir) {
+  console.error("usage: node test_trained.mjs OSPREY_BINARY MODEL_DIR");
+  process.exit(2);
+}
+
+let passed = 0, failed = 0;
+async function test(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok - ${name}: ${e.stack || e}`);
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg || "assertion failed"); }
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const show = (x) => JSON.stringify(x);
+
+async function startServer() {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const proc = spawn(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(port)],
+                     { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "", exited = null;
+  proc.stderr.on("data", (d) => (log += d));
+  proc.on("exit", (code, signal) => (exited = signal || code));
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 1200 && exited === null; ++i) {  // loading a real checkpoint can take a while
+    try {
+      if ((await fetch(`${base}/health`)).ok) return { base, proc };
+    } catch {}
+    await sleep(50);
+  }
+  proc.kill("SIGTERM");
+  throw new Error(`server did not start (exit ${exited}): ${log}`);
+}
+// SIGTERM, then SIGKILL if the server has not shut down within 10 s.
+async function stopServer(proc) {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise((r) => proc.once("exit", r));
+  proc.kill("SIGTERM");
+  if (await Promise.race([exited.then(() => true), sleep(10_000).then(() => false)])) return;
+  proc.kill("SIGKILL");
+  await exited;
+}
+
+const server = await startServer();
+process.on("exit", () => server.proc.kill("SIGTERM"));  // also when a request outside test() throws
+const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 300_000 });
+const model = (await client.models.list()).data[0].id;
+
+const weatherTool = { type: "function", function: { name: "get_weather", description: "Get the current weather for a location.",
+  parameters: { type: "object", properties: { location: { type: "string", description: "The city, e.g. Oslo" } }, required: ["location"] } } };
+const emailTool = { type: "function", function: { name: "send_email", description: "Send an email to someone.",
+  parameters: { type: "object", properties: { to: { type: "string", description: "The recipient's address" },
+                                              subject: { type: "string", description: "The subject line" } }, required: ["to", "subject"] } } };
+const user = (content) => ({ role: "user", content });
+const capitalQuestion = [user("What is the capital of France?")];
+// Paris is a city of the training split; held-out cities are measured in docs/FIDELITY.md.
+const weatherQuestion = [user("What is the weather in Paris?")];
+const weatherResult = "{\"temperature\": 12, \"condition\": \"cloudy\"}";
+
+// One greedy chat request; `extra` adds tools, tool_choice, stream, ...
+const chat = (messages, extra = {}) =>
+  client.chat.completions.create({ model, messages, temperature: 0, max_tokens: 300, ...extra });
+
+// Reassembles a chat stream: content and reasoning text, tool calls by index, the order in which
+// reasoning and content first arrived, and the last chunk's finish_reason.
+async function collect(stream) {
+  const out = { content: "", reasoning: "", toolCalls: [], finish: null, firstReasoning: -1, firstContent: -1 };
+  let n = 0;
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    const d = choice.delta ?? {};
+    const r = d.reasoning_content ?? d.reasoning;
+    if (r) {
+      if (out.firstReasoning < 0) out.firstReasoning = n;
+      out.reasoning += r;
+    }
+    if (d.content) {
+      if (out.firstContent < 0) out.firstContent = n;
+      out.content += d.content;
+    }
+    for (const tc of d.tool_calls ?? []) {
+      const call = (out.toolCalls[tc.index] ??= { id: "", name: "", arguments: "" });
+      if (tc.id) call.id = tc.id;
+      if (tc.function?.name) call.name += tc.function.name;
+      if (tc.function?.arguments) call.arguments += tc.function.arguments;
+    }
+    out.finish = choice.finish_reason ?? out.finish;
+    n++;
+  }
+  return out;
+}
+
+// The first step of the tool loop: exactly one call of get_weather for Paris.
+function assertWeatherCall(name, args) {
+  assert(name === "get_weather", `tool name ${show(name)}`);
+  let parsed;
+  try {
+    parsed = JSON.parse(args);
+  } catch (e) {
+    throw new Error(`arguments are not JSON: ${show(args)}`);
+  }
+  assert(parsed.location === "Paris", `arguments ${show(args)}`);
+}
+
+await test("factual question: content and reasoning", async () => {
+  const c = (await chat(capitalQuestion)).choices[0];
+  assert(c.message.content?.includes("Paris"), `content ${show(c.message.content)}`);
+  const reasoning = c.message.reasoning_content ?? c.message.reasoning;
+  assert(typeof reasoning === "string" && reasoning.length > 0, `reasoning ${show(reasoning)}`);
+  assert(c.finish_reason === "stop", `finish_reason ${c.finish_reason}`);
+});
+
+await test("factual question, streamed: reasoning deltas before content", async () => {
+  const s = await collect(await chat(capitalQuestion, { stream: true }));
+  assert(s.content.includes("Paris"), `content ${show(s.content)}`);
+  assert(s.firstReasoning >= 0, "no reasoning delta");
+  assert(s.firstContent < 0 || s.firstReasoning < s.firstContent, `reasoning at chunk ${s.firstReasoning}, content at ${s.firstContent}`);
+  assert(s.finish === "stop", `finish_reason ${s.finish}`);
+});
+
+await test("tool loop: get_weather is called, then its result is answered", async () => {
+  const tools = [weatherTool, emailTool];
+  const first = (await chat(weatherQuestion, { tools, tool_choice: "auto" })).choices[0];
+  assert(first.finish_reason === "tool_calls", `finish_reason ${first.finish_reason}: ${show(first.message)}`);
+  const calls = first.message.tool_calls ?? [];
+  assert(calls.length === 1, `tool_calls ${show(calls)}`);
+  assertWeatherCall(calls[0].function.name, calls[0].function.arguments);
+  assert(!first.message.content, `content ${show(first.message.content)}`);
+
+  const messages = [...weatherQuestion, first.message, { role: "tool", tool_call_id: calls[0].id, content: weatherResult }];
+  const second = (await chat(messages, { tools, tool_choice: "auto" })).choices[0];
+  const content = second.message.content ?? "";
+  assert(content.includes("12") && content.includes("cloudy"), `content ${show(content)}`);
+  assert(!second.message.tool_calls?.length, `tool_calls ${show(second.message.tool_calls)}`);
+});
+
+await test("tool_choice none: a plain answer, no tool call", async () => {
+  const c = (await chat(weatherQuestion, { tools: [weatherTool], tool_choice: "none" })).choices[0];
+  assert(!c.message.tool_calls?.length, `tool_calls ${show(c.message.tool_calls)}`);
+  assert(c.finish_reason === "stop", `finish_reason ${c.finish_reason}`);
+  const content = c.message.content ?? "";
+  assert(content.length > 0, "empty content");
+  assert(!content.includes("get_weather") && !content.includes("12°C"), `content ${show(content)}`);
+});
+
+await test("multi-turn: a follow-up question uses the earlier turns", async () => {
+  const messages = [...capitalQuestion, { role: "assistant", content: "The capital of France is Paris." }, user("What about Japan?")];
+  const c = (await chat(messages)).choices[0];
+  assert(c.message.content?.includes("Tokyo"), `content ${show(c.message.content)}`);
+});
+
+await test("tool call, streamed: the deltas reassemble to get_weather for Paris", async () => {
+  const s = await collect(await chat(weatherQuestion, { tools: [weatherTool, emailTool], tool_choice: "auto", stream: true }));
+  assert(s.toolCalls.length === 1, `tool_calls ${show(s.toolCalls)}`);
+  assertWeatherCall(s.toolCalls[0].name, s.toolCalls[0].arguments);
+  assert(s.finish === "tool_calls", `finish_reason ${s.finish}`);
+});
+
+await stopServer(server.proc);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
