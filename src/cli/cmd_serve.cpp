@@ -2,6 +2,9 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "core/error.h"
@@ -73,6 +76,11 @@ void add_serve(CLI::App& app) {
       log_info("KV cache: {} blocks of {} tokens ({:.2f} GiB)", ec.kv_blocks, ec.kv_block_size,
                ec.kv_blocks * block_bytes / double(1ull << 30));
     }
+    const long kv_tokens = long(ec.kv_blocks) * ec.kv_block_size;
+    if (kv_tokens < ec.max_seq_len)
+      fail("the KV cache holds {} tokens ({} blocks of {}), less than one request of the context, {} tokens: give "
+           "--kv-blocks {} or more, a larger --kv-cache-gib, or a smaller --max-seq-len",
+           kv_tokens, ec.kv_blocks, ec.kv_block_size, ec.max_seq_len, (ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
     Engine engine(std::move(runner), ec);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
     if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();
@@ -81,9 +89,12 @@ void add_serve(CLI::App& app) {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGPIPE, SIG_IGN);
-    log_info("serving '{}' on http://{}:{} (backend {}, max batch {}, context {})", name, args->host, args->port,
+    if (!srv.bind())
+      fail("cannot listen on {}:{}: {}", args->host, args->port,
+           errno == EADDRINUSE ? "address in use (is another server on that port?)" : std::strerror(errno));
+    log_info("serving '{}' on http://{}:{} (backend {}, max batch {}, context {})", name, args->host, srv.bound_port(),
              args->backend, ec.max_batch, ec.max_seq_len);
-    if (!srv.listen()) fail("cannot listen on {}:{}", args->host, args->port);
+    if (!srv.listen()) fail("the server on {}:{} stopped with an error", args->host, srv.bound_port());
     g_server = nullptr;
     log_info("stopped");
   });

@@ -1,7 +1,12 @@
 #include "harmony/chat_request.h"
 
+#include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <map>
+#include <set>
+
+#include "harmony/renderer.h"
 
 #include "core/error.h"
 
@@ -42,6 +47,63 @@ std::string effort(const ordered_json& req) {
   return e;
 }
 
+bool valid_tool_name(const std::string& n) {
+  if (n.empty() || n.size() > kMaxToolNameLength) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+// A function's parameters must be a JSON schema: known types, `properties` of schemas, `items` a
+// schema, `required` the declared properties. Iterative (the request's depth is bounded before it
+// gets here, but no walk of request JSON recurses).
+void check_schema(const ordered_json& root, const std::string& where) {
+  static const std::set<std::string> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
+  std::vector<std::pair<const ordered_json*, std::string>> todo = {{&root, where}};
+  while (!todo.empty()) {
+    auto [s, path] = todo.back();
+    todo.pop_back();
+    if (s->is_boolean()) continue;  // `true` / `false` schemas
+    if (!s->is_object()) fail("{} must be a JSON schema object", path);
+    if (auto t = s->find("type"); t != s->end()) {
+      auto known = [&](const ordered_json& v) { return v.is_string() && kTypes.count(v.get<std::string>()); };
+      bool ok = t->is_array() ? !t->empty() && std::all_of(t->begin(), t->end(), known) : known(*t);
+      if (!ok) fail("{}.type must be one of object, array, string, number, integer, boolean, null (or an array of them)", path);
+    }
+    auto props = s->find("properties");
+    if (props != s->end()) {
+      if (!props->is_object()) fail("{}.properties must be an object", path);
+      for (auto it = props->begin(); it != props->end(); ++it) todo.push_back({&it.value(), path + ".properties." + it.key()});
+    }
+    if (auto r = s->find("required"); r != s->end()) {
+      if (!r->is_array()) fail("{}.required must be an array of property names", path);
+      for (const auto& n : *r) {
+        if (!n.is_string()) fail("{}.required must be an array of property names", path);
+        if (props == s->end() || !props->contains(n.get<std::string>()))
+          fail("{}.required names '{}', which is not one of its properties", path, n.get<std::string>());
+      }
+    }
+    if (auto it = s->find("items"); it != s->end()) {
+      if (it->is_array())
+        for (size_t j = 0; j < it->size(); ++j) todo.push_back({&(*it)[j], path + ".items[" + std::to_string(j) + "]"});
+      else
+        todo.push_back({&*it, path + ".items"});
+    }
+    for (const char* key : {"anyOf", "oneOf", "allOf"})
+      if (auto a = s->find(key); a != s->end()) {
+        if (!a->is_array()) fail("{}.{} must be an array of schemas", path, key);
+        for (size_t j = 0; j < a->size(); ++j) todo.push_back({&(*a)[j], path + "." + key + "[" + std::to_string(j) + "]"});
+      }
+    for (const char* key : {"$defs", "definitions"})
+      if (auto d = s->find(key); d != s->end()) {
+        if (!d->is_object()) fail("{}.{} must be an object of schemas", path, key);
+        for (auto it = d->begin(); it != d->end(); ++it) todo.push_back({&it.value(), path + "." + key + "." + it.key()});
+      }
+    if (auto ap = s->find("additionalProperties"); ap != s->end() && !ap->is_boolean()) todo.push_back({&*ap, path + ".additionalProperties"});
+    if (auto e = s->find("enum"); e != s->end() && !e->is_array()) fail("{}.enum must be an array", path);
+  }
+}
+
 ToolNamespace function_tools(const ordered_json& tools) {
   if (!tools.is_array()) fail("tools must be an array");
   ToolNamespace ns{"functions", std::nullopt, {}};
@@ -54,6 +116,8 @@ ToolNamespace function_tools(const ordered_json& tools) {
     auto name = f->find("name");
     if (name == f->end() || !name->is_string() || name->get<std::string>().empty())
       fail("{}.function.name must be a non-empty string", where);
+    if (!valid_tool_name(name->get<std::string>()))
+      fail("{}.function.name must be 1 to {} letters, digits, '_' or '-'", where, kMaxToolNameLength);
     ToolDescription d{name->get<std::string>(), "", nullptr};
     if (auto desc = f->find("description"); desc != f->end() && !desc->is_null()) {
       if (!desc->is_string()) fail("{}.function.description must be a string", where);
@@ -63,8 +127,7 @@ ToolNamespace function_tools(const ordered_json& tools) {
       if (!p->is_object()) fail("{}.function.parameters must be a JSON schema object", where);
       if (p->contains("type") && (*p)["type"] != "object")
         fail("{}.function.parameters must be an object schema (type 'object')", where);
-      if (p->contains("properties") && !(*p)["properties"].is_object())
-        fail("{}.function.parameters.properties must be an object", where);
+      check_schema(*p, where + ".function.parameters");
       d.parameters = *p;
     }
     ns.tools.push_back(std::move(d));
@@ -99,7 +162,12 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
       std::string v = tc->get<std::string>();
       if (v != "none" && v != "auto" && v != "required") fail("tool_choice '{}' is not one of none, auto, required", v);
       tools_enabled = v != "none";
-    } else if (!tc->is_object()) {
+    } else if (tc->is_object()) {
+      auto f = tc->find("function");
+      if (tc->value("type", ordered_json()) != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
+          !(*f)["name"].is_string())
+        fail("tool_choice must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": NAME}}}}");
+    } else {
       fail("tool_choice must be a string or an object");
     }
   }
@@ -196,6 +264,14 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
   if (dev.instructions || !dev.tools.empty())
     conv.push_back({"developer", std::nullopt, std::nullopt, std::nullopt, std::nullopt, dev});
   conv.insert(conv.end(), body.begin(), body.end());
+  if (settings.max_prompt_bytes) {  // bound the prompt before the renderer tokenizes it
+    size_t bytes = dev.tools.empty() ? 0 : render_tools_section(dev.tools).size();
+    if (dev.instructions) bytes += dev.instructions->size();
+    for (const Message& m : body) bytes += m.text().size() + (m.recipient ? m.recipient->size() : 0);
+    if (bytes > settings.max_prompt_bytes)
+      fail("the prompt's text is {} bytes (the messages and the rendered tools), more than the {} the context can hold",
+           bytes, settings.max_prompt_bytes);
+  }
   return conv;
 }
 

@@ -19,9 +19,18 @@ struct ChatRenderSettings {
   // is kept, and it does not count as a later final answer for the messages before it, so they
   // render exactly as in the request that asked for it.
   bool last_is_reply = false;
+  // Refuse a request whose prompt text (message texts and the rendered tools) exceeds this many
+  // bytes, before anything is tokenized; 0: no limit.
+  size_t max_prompt_bytes = 0;
 };
 
+// Request limits (documented in the README): tool names as OpenAI's /^[a-zA-Z0-9_-]{1,64}$/, JSON
+// schemas known types with `required` naming declared properties.
+inline constexpr size_t kMaxToolNameLength = 64;
+
 // Throws osprey::Error naming the offending field on a malformed request.
+// `max_prompt_bytes` over: an Error whose message starts "the prompt" (the server answers 400
+// context_length_exceeded).
 std::vector<Message> conversation_from_chat_request(const ordered_json& request, const ChatRenderSettings& settings);
 
 // "2026-11-29" in UTC.

@@ -1,7 +1,9 @@
 #include "server/openai_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <fmt/format.h>
 
@@ -31,6 +33,38 @@ json error_body(const std::string& message, const std::string& type, const std::
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+// Request JSON nests at most kMaxRequestDepth levels (schemas, arguments, content parts: OpenAI's
+// strict mode allows 5-10 for schemas). Deeper bodies stop parsing at that level, before any
+// recursive walk sees them, with a 400 naming the top-level field.
+constexpr int kMaxRequestDepth = 64;
+json parse_bounded(const std::string& body) {
+  struct TooDeep {};
+  std::string field;
+  auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::key && depth == 1) field = parsed.get<std::string>();
+    if (depth > kMaxRequestDepth) throw TooDeep{};
+    return true;
+  };
+  try {
+    return json::parse(body, cb, /*allow_exceptions=*/false);
+  } catch (const TooDeep&) {
+    throw ApiError(400, fmt::format("'{}' nests deeper than {} levels", field, kMaxRequestDepth), "invalid_request_error",
+                   field);
+  }
+}
+
+// The top-level request field an error message of the request mapping names ("tools[0]..." -> tools).
+std::string field_of(const std::string& message, const std::string& fallback) {
+  const size_t end = message.find_first_of("[. '");
+  const std::string head = message.substr(0, end);
+  for (const char* f : {"messages", "tools", "tool_choice", "reasoning_effort", "reasoning"})
+    if (head == f) return head;
+  return fallback;
+}
+
+// Bytes of prompt text a context of `ctx` tokens can hold at most (o200k's longest token is 128 bytes).
+constexpr size_t kMaxBytesPerToken = 128;
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 const std::string kSseDone = "data: [DONE]\n\n";
 
@@ -103,9 +137,46 @@ struct OpenAiServer::Impl {
 
   Impl(Engine& e, const harmony::Tokenizer& t, ServerConfig c) : engine(e), tok(t), cfg(std::move(c)) {}
 
+  // ------------------------------------------------------------------ admission
+  // Every generation request holds a ticket from its handler's first line to its last byte
+  // (streams: until the stream ends). At most max_batch + max_queue are held at once; one more
+  // gets a 429 with Retry-After at once. Connections accepted but waiting for an HTTP thread are
+  // counted too, so /metrics sees every request the server holds.
+  std::atomic<int> admitted{0}, connections_waiting{0};
+  struct Ticket {
+    std::atomic<int>& n;
+    ~Ticket() { --n; }
+  };
+  std::shared_ptr<Ticket> admit() {
+    const int limit = engine.config().max_batch + engine.config().max_queue;
+    if (++admitted > limit) {
+      --admitted;
+      throw ApiError(429, fmt::format("The server is at capacity ({} requests running or waiting); retry shortly", limit),
+                     "rate_limit_error", "", "queue_full");
+    }
+    return std::make_shared<Ticket>(admitted);
+  }
+  // cpp-httplib's pool, counting the connections that wait for one of its threads.
+  class CountingPool : public httplib::TaskQueue {
+   public:
+    CountingPool(size_t threads, std::atomic<int>& waiting) : pool_(threads), waiting_(waiting) {}
+    void enqueue(std::function<void()> fn) override {
+      ++waiting_;
+      pool_.enqueue([this, fn = std::move(fn)] {
+        --waiting_;
+        fn();
+      });
+    }
+    void shutdown() override { pool_.shutdown(); }
+
+   private:
+    httplib::ThreadPool pool_;
+    std::atomic<int>& waiting_;
+  };
+
   // ------------------------------------------------------------------ shared request pieces
   json parse_body(const httplib::Request& req) {
-    json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    json b = parse_bounded(req.body);
     if (b.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
     if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
     auto m = b.find("model");
@@ -124,9 +195,17 @@ struct OpenAiServer::Impl {
     if (int(prompt.size()) >= ctx)
       throw ApiError(400, fmt::format("This model's maximum context length is {} tokens; the prompt has {}", ctx, prompt.size()),
                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
-    int64_t max_tokens = get_field<int64_t>(b, "max_completion_tokens", get_field<int64_t>(b, "max_tokens", ctx - int64_t(prompt.size())));
-    if (max_tokens < 1) throw ApiError(400, "'max_tokens' must be at least 1", "invalid_request_error", "max_tokens");
-    g.max_tokens = int(std::min<int64_t>(max_tokens, ctx - int64_t(prompt.size())));
+    const int64_t room = ctx - int64_t(prompt.size());
+    const char* key = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens" : "max_tokens";
+    const int64_t max_tokens = get_field<int64_t>(b, key, room);
+    if (max_tokens < 1) throw ApiError(400, fmt::format("'{}' must be at least 1", key), "invalid_request_error", key);
+    if (max_tokens > room)
+      throw ApiError(400,
+                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                                 "({} in the {}, {} in the completion).",
+                                 ctx, int64_t(prompt.size()) + max_tokens, prompt.size(), chat ? "messages" : "prompt", max_tokens),
+                     "invalid_request_error", key, "context_length_exceeded");
+    g.max_tokens = int(max_tokens);
     g.sampling.temperature = float(get_field<double>(b, "temperature", 1.0));
     g.sampling.top_p = float(get_field<double>(b, "top_p", 1.0));
     g.sampling.top_k = int(get_field<int64_t>(b, "top_k", 0));
@@ -162,12 +241,17 @@ struct OpenAiServer::Impl {
 
   // ------------------------------------------------------------------ chat completions
   void chat(const httplib::Request& req, httplib::Response& res) {
+    auto ticket = admit();
     json b = parse_body(req);
     std::vector<harmony::Message> conv;
     try {
-      conv = harmony::conversation_from_chat_request(b, {.current_date = harmony::today_utc()});
+      conv = harmony::conversation_from_chat_request(
+          b, {.current_date = harmony::today_utc(), .max_prompt_bytes = size_t(engine.config().max_seq_len) * kMaxBytesPerToken});
     } catch (const Error& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", "messages");
+      const std::string msg = e.what();
+      if (msg.rfind("the prompt", 0) == 0)
+        throw ApiError(400, msg, "invalid_request_error", "messages", "context_length_exceeded");
+      throw ApiError(400, msg, "invalid_request_error", field_of(msg, "messages"));
     }
     std::set<std::string> declared;
     for (auto& m : conv)
@@ -260,16 +344,22 @@ struct OpenAiServer::Impl {
           }
           return true;
         },
-        [handle](bool) { handle->cancel(); });  // a finished request ignores it; a dropped client frees its blocks
+        [handle, ticket](bool) { handle->cancel(); });  // a finished request ignores it; a dropped client frees its blocks
   }
 
   // ------------------------------------------------------------------ completions
   void completions(const httplib::Request& req, httplib::Response& res) {
+    auto ticket = admit();
     json b = parse_body(req);
     auto p = b.find("prompt");
     if (p == b.end()) throw ApiError(400, "'prompt' is required", "invalid_request_error", "prompt");
     std::vector<int32_t> prompt;
     if (p->is_string()) {
+      const size_t limit = size_t(engine.config().max_seq_len) * kMaxBytesPerToken;
+      if (p->get_ref<const std::string&>().size() > limit)
+        throw ApiError(400, fmt::format("the prompt is {} bytes, more than the {} the context can hold",
+                                        p->get_ref<const std::string&>().size(), limit),
+                       "invalid_request_error", "prompt", "context_length_exceeded");
       prompt = tok.encode_with_specials(p->get<std::string>());  // a raw prompt: specials are allowed here
     } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
       for (auto& t : *p) {
@@ -342,7 +432,7 @@ struct OpenAiServer::Impl {
           }
           return true;
         },
-        [handle](bool) { handle->cancel(); });
+        [handle, ticket](bool) { handle->cancel(); });
   }
 
   // ------------------------------------------------------------------ metrics
@@ -372,6 +462,9 @@ struct OpenAiServer::Impl {
     counter("generation_tokens_total", "Tokens generated.", double(m.generated_tokens));
     counter("preemptions_total", "Sequences preempted for KV blocks.", double(m.preemptions));
     gauge("queue_depth", "Requests waiting to start.", m.queue_depth);
+    gauge("http_requests_admitted", "Generation requests the server holds: running, queued, or being read or written.",
+          admitted.load());
+    gauge("http_connections_waiting", "Connections accepted and waiting for an HTTP thread.", connections_waiting.load());
     gauge("running_batch_size", "Sequences in the running batch.", m.running);
     gauge("kv_cache_blocks_used", "KV-cache blocks in use.", m.kv_blocks_used);
     gauge("kv_cache_blocks_free", "KV-cache blocks free.", m.kv_blocks_free);
@@ -399,11 +492,32 @@ struct OpenAiServer::Impl {
 
   void routes() {
     const int threads = cfg.http_threads > 0 ? cfg.http_threads
-                                             : engine.config().max_batch + engine.config().max_queue / 4 + 8;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+                                             : engine.config().max_batch + engine.config().max_queue + 64;
+    http.new_task_queue = [this, threads] { return new CountingPool(size_t(threads), connections_waiting); };
+    // SO_REUSEADDR alone (cpp-httplib's default adds SO_REUSEPORT, which lets a second server bind
+    // the same port and take half the traffic): a port in use fails to bind.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http.set_payload_max_length(cfg.max_body_bytes);
-    http.set_read_timeout(30, 0);
+    http.set_read_timeout(cfg.read_timeout_s, 0);
+    http.set_keep_alive_timeout(cfg.read_timeout_s);
     http.set_write_timeout(30, 0);
+    // A declared body over the limit is refused before any of it is read (cpp-httplib itself would
+    // read and discard it first).
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const std::string len = req.get_header_value("Content-Length");
+      if (!len.empty() && (len.size() > 18 || std::stoull(len) > cfg.max_body_bytes)) {
+        res.status = 413;
+        res.set_header("Connection", "close");
+        res.set_content(dump(error_body(fmt::format("the request body is {} bytes; the limit is {}", len, cfg.max_body_bytes),
+                                        "invalid_request_error", "", "")),
+                        "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"object", "list"},
@@ -435,10 +549,17 @@ OpenAiServer::OpenAiServer(Engine& engine, const harmony::Tokenizer& tok, Server
 
 OpenAiServer::~OpenAiServer() { stop(); }
 
-bool OpenAiServer::listen() {
-  if (!impl_->http.bind_to_port(impl_->cfg.host, impl_->cfg.port)) return false;
-  return impl_->http.listen_after_bind();
+bool OpenAiServer::bind() {
+  if (impl_->cfg.port == 0) {
+    const int port = impl_->http.bind_to_any_port(impl_->cfg.host);
+    if (port <= 0) return false;
+    impl_->cfg.port = port;
+    return true;
+  }
+  return impl_->http.bind_to_port(impl_->cfg.host, impl_->cfg.port);
 }
+
+bool OpenAiServer::listen() { return impl_->http.listen_after_bind(); }
 
 void OpenAiServer::stop() { impl_->http.stop(); }
 

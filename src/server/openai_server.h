@@ -15,14 +15,21 @@ struct ServerConfig {
   int port = 8000;
   std::string model_id;          // the name /v1/models lists and requests must use
   size_t max_body_bytes = 8 << 20;
-  int http_threads = 0;          // 0: max_batch + max_queue/4 + 8
+  // HTTP worker threads. cpp-httplib gives each connection a thread while it reads and answers
+  // it, so the pool holds every admitted request (max_batch running + max_queue waiting) with room
+  // to spare for /health, /metrics and slow clients, which a 5 s read timeout lets go.
+  int http_threads = 0;          // 0: max_batch + max_queue + 64
+  int read_timeout_s = 5;        // per read of headers or body; also the keep-alive idle limit
 };
 
 class OpenAiServer {
  public:
   OpenAiServer(Engine& engine, const harmony::Tokenizer& tok, ServerConfig cfg);
   ~OpenAiServer();
-  // Binds and serves until stop(); returns false if the address cannot be bound.
+  // Binds the address (port 0: any free port, then bound_port() says which); false if it cannot
+  // (errno says why: EADDRINUSE for a port another server holds).
+  bool bind();
+  // Serves until stop(); bind() first.
   bool listen();
   void stop();
   int bound_port() const;

@@ -1,0 +1,197 @@
+// Hostile input and overload against `osprey serve` on loopback (the tiny synthetic model): each
+// probe that once crashed, hung or silently clamped, as a test. Bounded: every loop has a count and
+// every wait a deadline. Usage: node test_hostile.mjs OSPREY_BINARY
+import { spawn, spawnSync, execFileSync } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+
+const osprey = process.argv[2];
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "osprey-hostile-"));
+const modelDir = path.join(tmp, "tiny");
+execFileSync(osprey, ["synth", "--preset", "tiny", "--seed", "3", "--out", modelDir, "--quiet"]);
+
+let passed = 0, failed = 0;
+const servers = [];
+async function test(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok - ${name}: ${e.stack || e}`);
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg || "assertion failed"); }
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function startServer(extra = [], port = 20000 + Math.floor(Math.random() * 20000)) {
+  const proc = spawn(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(port), ...extra],
+                     { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  proc.stderr.on("data", (d) => (log += d));
+  servers.push(proc);
+  for (let i = 0; i < 300; ++i) {
+    const m = log.match(/serving '[^']*' on http:\/\/127\.0\.0\.1:(\d+)/);
+    if (m && Number(m[1]) > 0) {
+      const base = `http://127.0.0.1:${m[1]}`;
+      try {
+        if ((await fetch(`${base}/health`)).ok) return { base, port: Number(m[1]), proc, log: () => log };
+      } catch {}
+    }
+    if (proc.exitCode !== null) throw new Error(`server exited: ${log}`);
+    await sleep(50);
+  }
+  throw new Error(`server did not start: ${log}`);
+}
+const alive = (s) => s.proc.exitCode === null && s.proc.signalCode === null;
+
+async function post(base, route, body, raw = false) {
+  const r = await fetch(`${base}${route}`, { method: "POST", headers: { "Content-Type": "application/json" },
+                                             body: raw ? body : JSON.stringify(body) });
+  return { status: r.status, body: await r.json().catch(() => null), headers: r.headers };
+}
+const chat = (extra) => ({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 4, ...extra });
+
+function nested(levels, key) {  // {"type": "object", KEY: {"x": {...}}} levels deep, built as text
+  const open = `{"type":"object","${key}":{"x":`, close = "}}";
+  return open.repeat(levels) + `{"type":"string"}` + close.repeat(levels);
+}
+async function timed(fn) { const t = Date.now(); await fn(); return Date.now() - t; }
+async function metric(base, name) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`osprey_${name} `));
+  return Number(line.split(" ")[1]);
+}
+
+const s = await startServer();
+
+await test("deeply nested tool parameters are a 400, and the server stays up", async () => {
+  for (const [levels, key] of [[30000, "properties"], [100000, "items"], [1000, "properties"]]) {
+    const body = `{"model":"tiny","max_tokens":4,"messages":[{"role":"user","content":"x"}],` +
+                 `"tools":[{"type":"function","function":{"name":"f","parameters":${nested(levels, key)}}}]}`;
+    const r = await post(s.base, "/v1/chat/completions", body, true);
+    assert(r.status === 400, `${levels} levels: HTTP ${r.status}`);
+    assert(/nests deeper than 64 levels/.test(r.body.error.message) && r.body.error.param === "tools", JSON.stringify(r.body));
+  }
+  assert(alive(s), "the server died");
+});
+
+await test("deeply nested tool-call arguments are a 400", async () => {
+  const args = "{\"a\":".repeat(100000) + "1" + "}".repeat(100000);
+  const body = `{"model":"tiny","max_tokens":4,"messages":[{"role":"user","content":"x"},` +
+               `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":${args}}}]}]}`;
+  const r = await post(s.base, "/v1/chat/completions", body, true);
+  assert(r.status === 400 && r.body.error.param === "messages", `HTTP ${r.status} ${JSON.stringify(r.body)}`);
+  assert(alive(s), "the server died");
+});
+
+await test("a schema that renders past the context is refused before tokenization", async () => {
+  // 60 levels (under the depth limit) of 40 properties each side: a prompt far over 4,096 tokens.
+  const props = {};
+  for (let i = 0; i < 2000; ++i) props[`p${i}`] = { type: "string", description: "y".repeat(200) };
+  const t0 = Date.now();
+  const r = await post(s.base, "/v1/chat/completions",
+                       chat({ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: props } } }] }));
+  assert(r.status === 400 && r.body.error.code === "context_length_exceeded", `HTTP ${r.status} ${JSON.stringify(r.body)}`);
+  assert(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms`);
+});
+
+await test("type errors and bad tools are a 400 naming the field, never a 500", async () => {
+  const cases = [
+    [{ tool_choice: { type: "function", function: { name: 5 } }, tools: [{ type: "function", function: { name: "f" } }] }, "tool_choice"],
+    [{ tools: [{ type: "function", function: { name: "get weather<|call|>" } }] }, "tools"],
+    [{ tools: [{ type: "function", function: { name: "x".repeat(65) } }] }, "tools"],
+    [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "strng" } } } } }] }, "tools"],
+    [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {}, required: ["a"] } } }] }, "tools"],
+    [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", required: "a" } } }] }, "tools"],
+    [{ messages: [{ role: "user", content: [{ type: "text", text: 5 }] }] }, "messages"],
+    [{ max_tokens: "many" }, "max_tokens"],
+    [{ temperature: "hot" }, "temperature"],
+  ];
+  for (const [extra, param] of cases) {
+    const r = await post(s.base, "/v1/chat/completions", chat(extra));
+    assert(r.status === 400, `${JSON.stringify(extra)}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+    assert(r.body.error.param === param, `${JSON.stringify(extra)}: param ${r.body.error.param}, ${r.body.error.message}`);
+  }
+});
+
+await test("max_tokens beyond the context is a 400 that says the numbers", async () => {
+  const r = await post(s.base, "/v1/chat/completions", chat({ max_tokens: 1000000 }));
+  assert(r.status === 400 && r.body.error.code === "context_length_exceeded", `HTTP ${r.status}`);
+  assert(/maximum context length is 4096 tokens/.test(r.body.error.message) && /1000000 in the completion/.test(r.body.error.message),
+         r.body.error.message);
+  const c = await post(s.base, "/v1/completions", { model: "tiny", prompt: "hello", max_tokens: 5000 });
+  assert(c.status === 400 && c.body.error.param === "max_tokens", `completions: HTTP ${c.status}`);
+});
+
+await test("a declared Content-Length over the limit is a 413 at once", async () => {
+  const ms = await timed(() => new Promise((resolve, reject) => {
+    const sock = net.connect(s.port, "127.0.0.1", () => {
+      sock.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000000\r\n\r\n{");
+    });
+    let data = "";
+    sock.on("data", (d) => { data += d; if (data.includes("\r\n\r\n")) { sock.destroy(); resolve(); } });
+    sock.on("error", reject);
+    setTimeout(() => reject(new Error("no answer in 5 s")), 5000);
+    sock.on("close", () => { assert(data.startsWith("HTTP/1.1 413"), data.slice(0, 40)); resolve(); });
+  }));
+  assert(ms < 1000, `413 took ${ms} ms`);
+});
+
+await test("150 half-open connections do not starve /health", async () => {
+  const socks = [];
+  for (let i = 0; i < 150; ++i) {
+    const c = net.connect(s.port, "127.0.0.1", () => c.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"));
+    c.on("error", () => {});
+    socks.push(c);
+  }
+  await sleep(300);
+  const worst = Math.max(...await Promise.all([0, 1, 2, 3, 4].map(() => timed(async () => assert((await fetch(`${s.base}/health`)).ok)))));
+  socks.forEach((c) => c.destroy());
+  assert(worst < 500, `/health took ${worst} ms`);
+});
+
+await test("a second server on the same port refuses to start", async () => {
+  const r = spawnSync(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(s.port)], { encoding: "utf8", timeout: 60000 });
+  assert(r.status !== 0 && r.status !== null, `exit ${r.status}`);
+  assert(/address in use/.test(r.stderr), r.stderr.slice(-300));
+  assert(alive(s));
+});
+
+await test("--port 0 logs the port it bound", async () => {
+  const z = await startServer([], 0);  // startServer reads the logged port and reaches /health there
+  assert(z.port > 0);
+  z.proc.kill("SIGTERM");
+});
+
+await test("a KV cache that cannot hold one full-length request refuses to start", async () => {
+  const r = spawnSync(osprey, ["serve", "--model", modelDir, "--port", "0", "--kv-blocks", "2"], { encoding: "utf8", timeout: 60000 });
+  assert(r.status === 1, `exit ${r.status}`);
+  assert(/less than one request of the context/.test(r.stderr), r.stderr.slice(-300));
+});
+
+// Admission: with --max-batch 2 --max-queue 2 at most 4 requests are held; the rest get a 429 at once.
+const small = await startServer(["--max-batch", "2", "--max-queue", "2"]);
+await test("--max-queue bounds every request the server holds; over it a 429 with Retry-After at once", async () => {
+  const body = { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 400, ignore_eos: true };
+  const t0 = Date.now();
+  const results = await Promise.all(Array.from({ length: 40 }, async () => {
+    const r = await fetch(`${small.base}/v1/chat/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    return { status: r.status, retry: r.headers.get("retry-after"), at: Date.now() - t0, body: await r.text() };
+  }));
+  const ok = results.filter((r) => r.status === 200), busy = results.filter((r) => r.status === 429);
+  assert(ok.length + busy.length === results.length, JSON.stringify(results.map((r) => r.status)));
+  assert(ok.length <= 4 && ok.length >= 1, `${ok.length} served`);
+  assert(busy.every((r) => r.retry === "1"), "429 without Retry-After");
+  const slowest429 = Math.max(...busy.map((r) => r.at)), fastest200 = Math.min(...ok.map((r) => r.at));
+  assert(slowest429 < fastest200, `a 429 came after ${slowest429} ms, the first answer at ${fastest200} ms`);
+  assert(await metric(small.base, "http_requests_admitted") === 0, "tickets leaked");
+});
+
+for (const p of servers) p.kill("SIGTERM");
+fs.rmSync(tmp, { recursive: true, force: true });
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
