@@ -67,6 +67,7 @@ std::string field_of(const std::string& message, const std::string& fallback) {
 constexpr size_t kMaxBytesPerToken = 128;
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 const std::string kSseDone = "data: [DONE]\n\n";
+const std::string kSseKeepAlive = ": \n\n";  // an SSE comment: clients skip it
 
 // The fields that every response object and stream event of one request share.
 struct Envelope {
@@ -156,6 +157,45 @@ struct OpenAiServer::Impl {
     }
     return std::make_shared<Ticket>(admitted);
   }
+  // ------------------------------------------------------------------ clients that leave
+  std::atomic<uint64_t> client_disconnects{0};
+  // A write to the client failed: it went away. Cancels the generation (the engine frees its KV
+  // at its next step); returns false to end the response.
+  bool client_left(RequestHandle& handle) {
+    ++client_disconnects;
+    handle.cancel();
+    return false;
+  }
+
+  // A non-streaming answer: one JSON object when generation ends. The first event is awaited here,
+  // so a failure before any token is still a 500. After it the body goes out chunked, one space
+  // per token event ahead of the object (JSON allows leading whitespace): a client that went away
+  // fails a write within a step or two and its generation is cancelled, not run to max_tokens.
+  void answer_when_done(httplib::Response& res, std::shared_ptr<RequestHandle> handle, std::shared_ptr<Ticket> ticket,
+                        std::function<void(const TokenEvent&)> on_event, std::function<json()> body) {
+    TokenEvent first;
+    const bool more = handle->next(first);
+    if (more && first.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + first.error, "server_error");
+    if (more) on_event(first);
+    res.set_chunked_content_provider(
+        "application/json",
+        [=, this](size_t, httplib::DataSink& sink) {
+          TokenEvent ev;
+          std::string error;
+          while (handle->next(ev)) {
+            if (ev.finish == FinishReason::Error) error = ev.error;
+            else on_event(ev);
+            if (!sink.write(" ", 1)) return client_left(*handle);
+          }
+          const std::string out =
+              dump(error.empty() ? body() : error_body("generation failed: " + error, "server_error", "", ""));
+          sink.write(out.data(), out.size());
+          sink.done();
+          return true;
+        },
+        [handle, ticket](bool) { handle->cancel(); });
+  }
+
   // cpp-httplib's pool, counting the connections that wait for one of its threads.
   class CountingPool : public httplib::TaskQueue {
    public:
@@ -281,23 +321,28 @@ struct OpenAiServer::Impl {
     const Envelope env{new_id("chatcmpl-"), cfg.model_id, unix_now()};
 
     if (!stream) {
-      TokenEvent ev;
-      int completion = 0;
-      std::string engine_reason = "stop";
-      while (handle->next(ev)) {
-        if (ev.token >= 0) {
-          ++completion;
-          builder->push(ev.token);
-          if (builder->stopped()) handle->cancel();
-        }
-        if (ev.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + ev.error, "server_error");
-        if (ev.finish != FinishReason::None) engine_reason = finish_reason_name(ev.finish);
-      }
-      builder->finish();
-      json out = env.make("chat.completion", json::array({{{"index", 0}, {"message", builder->message()}, {"logprobs", nullptr},
-                                                            {"finish_reason", builder->finish_reason(engine_reason)}}}));
-      out["usage"] = usage(prompt_len, completion, builder->reasoning_tokens());
-      res.set_content(dump(out), "application/json");
+      struct Tally {
+        int completion = 0;
+        std::string reason = "stop";
+      };
+      auto t = std::make_shared<Tally>();
+      answer_when_done(
+          res, handle, ticket,
+          [=](const TokenEvent& ev) {
+            if (ev.token >= 0) {
+              ++t->completion;
+              builder->push(ev.token);
+              if (builder->stopped()) handle->cancel();
+            }
+            if (ev.finish != FinishReason::None) t->reason = finish_reason_name(ev.finish);
+          },
+          [=] {
+            builder->finish();
+            json out = env.make("chat.completion", json::array({{{"index", 0}, {"message", builder->message()}, {"logprobs", nullptr},
+                                                                  {"finish_reason", builder->finish_reason(t->reason)}}}));
+            out["usage"] = usage(prompt_len, t->completion, builder->reasoning_tokens());
+            return out;
+          });
       return;
     }
     struct State {
@@ -316,14 +361,18 @@ struct OpenAiServer::Impl {
           auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           if (!st->sent_role) {
             st->sent_role = true;
-            if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return handle->cancel(), false;
+            if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return client_left(*handle);
           }
           TokenEvent ev;
           if (!handle->next(ev)) return false;
           if (ev.token >= 0) {
             ++st->completion;
-            for (auto& d : builder->push(ev.token))
-              if (!send(chunk(d, nullptr))) return handle->cancel(), false;
+            const std::vector<json> deltas = builder->push(ev.token);
+            for (auto& d : deltas)
+              if (!send(chunk(d, nullptr))) return client_left(*handle);
+            // A token that gives no delta yet (a tool call's name, held-back text) still probes the
+            // connection with an SSE comment, so a client that left is noticed now.
+            if (deltas.empty() && !send(kSseKeepAlive)) return client_left(*handle);
             if (builder->stopped()) handle->cancel();
           }
           if (ev.finish != FinishReason::None) {
@@ -386,22 +435,26 @@ struct OpenAiServer::Impl {
     };
     auto utf8 = std::make_shared<harmony::Utf8StreamDecoder>();
     if (!stream) {
-      TokenEvent ev;
-      std::string text;
-      int completion = 0;
-      std::string reason = "stop";
-      while (handle->next(ev)) {
-        if (ev.token >= 0) {
-          ++completion;
-          text += utf8->push(tok.token_bytes(ev.token));
-        }
-        if (ev.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + ev.error, "server_error");
-        if (ev.finish != FinishReason::None) reason = finish_reason_name(ev.finish);
-      }
-      text += utf8->flush();
-      json out = env.make("text_completion", choice(text, reason));
-      out["usage"] = usage(prompt_len, completion, 0);
-      res.set_content(dump(out), "application/json");
+      struct Tally {
+        std::string text, reason = "stop";
+        int completion = 0;
+      };
+      auto t = std::make_shared<Tally>();
+      answer_when_done(
+          res, handle, ticket,
+          [=, this](const TokenEvent& ev) {
+            if (ev.token >= 0) {
+              ++t->completion;
+              t->text += utf8->push(tok.token_bytes(ev.token));
+            }
+            if (ev.finish != FinishReason::None) t->reason = finish_reason_name(ev.finish);
+          },
+          [=] {
+            t->text += utf8->flush();
+            json out = env.make("text_completion", choice(t->text, t->reason));
+            out["usage"] = usage(prompt_len, t->completion, 0);
+            return out;
+          });
       return;
     }
     auto completion = std::make_shared<int>(0);
@@ -418,7 +471,7 @@ struct OpenAiServer::Impl {
           if (ev.token >= 0) {
             ++*completion;
             std::string t = utf8->push(tok.token_bytes(ev.token));
-            if (!send_text(t, nullptr)) return handle->cancel(), false;
+            if (!send_text(t, nullptr)) return client_left(*handle);
           }
           if (ev.finish != FinishReason::None) {
             send_text(utf8->flush(), finish_reason_name(ev.finish));
@@ -465,6 +518,8 @@ struct OpenAiServer::Impl {
     gauge("http_requests_admitted", "Generation requests the server holds: running, queued, or being read or written.",
           admitted.load());
     gauge("http_connections_waiting", "Connections accepted and waiting for an HTTP thread.", connections_waiting.load());
+    counter("client_disconnects_total", "Requests cancelled because their client went away (stop strings not counted).",
+            double(client_disconnects.load()));
     gauge("running_batch_size", "Sequences in the running batch.", m.running);
     gauge("kv_cache_blocks_used", "KV-cache blocks in use.", m.kv_blocks_used);
     gauge("kv_cache_blocks_free", "KV-cache blocks free.", m.kv_blocks_free);
