@@ -13,6 +13,7 @@
 #include "harmony/o200k.h"
 #include "harmony/renderer.h"
 #include "server/chat_output.h"
+#include "server/request_json.h"
 #include "server/tool_choice.h"
 
 namespace osprey::server {
@@ -33,26 +34,6 @@ json error_body(const std::string& message, const std::string& type, const std::
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
-
-// Request JSON nests at most kMaxRequestDepth levels (schemas, arguments, content parts: OpenAI's
-// strict mode allows 5-10 for schemas). Deeper bodies stop parsing at that level, before any
-// recursive walk sees them, with a 400 naming the top-level field.
-constexpr int kMaxRequestDepth = 64;
-json parse_bounded(const std::string& body) {
-  struct TooDeep {};
-  std::string field;
-  auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::key && depth == 1) field = parsed.get<std::string>();
-    if (depth > kMaxRequestDepth) throw TooDeep{};
-    return true;
-  };
-  try {
-    return json::parse(body, cb, /*allow_exceptions=*/false);
-  } catch (const TooDeep&) {
-    throw ApiError(400, fmt::format("'{}' nests deeper than {} levels", field, kMaxRequestDepth), "invalid_request_error",
-                   field);
-  }
-}
 
 // The top-level request field an error message of the request mapping names ("tools[0]..." -> tools).
 std::string field_of(const std::string& message, const std::string& fallback) {
@@ -216,7 +197,12 @@ struct OpenAiServer::Impl {
 
   // ------------------------------------------------------------------ shared request pieces
   json parse_body(const httplib::Request& req) {
-    json b = parse_bounded(req.body);
+    json b;
+    try {
+      b = parse_request_json(req.body);
+    } catch (const RequestTooDeep& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", e.field);
+    }
     if (b.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
     if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
     auto m = b.find("model");
