@@ -154,6 +154,20 @@ await test("150 half-open connections do not starve /health", async () => {
   assert(worst < 500, `/health took ${worst} ms`);
 });
 
+await test("200 concurrent chat requests: all answered, /health fast and the held requests counted meanwhile", async () => {
+  const body = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 8 });
+  const all = Array.from({ length: 200 }, () =>
+    fetch(`${s.base}/v1/chat/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body })
+      .then(async (r) => ({ status: r.status, text: await r.text() })));
+  await sleep(100);
+  const held = await metric(s.base, "http_requests_admitted");
+  const worst = Math.max(...await Promise.all([0, 1, 2, 3, 4].map(() => timed(async () => assert((await fetch(`${s.base}/health`)).ok)))));
+  const results = await Promise.all(all);
+  assert(results.every((r) => r.status === 200 && JSON.parse(r.text).choices), JSON.stringify(results.filter((r) => r.status !== 200)[0]));
+  assert(held > 0, "the admitted requests were not counted");
+  assert(worst < 500, `/health took ${worst} ms under load`);
+});
+
 await test("a second server on the same port refuses to start", async () => {
   const r = spawnSync(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(s.port)], { encoding: "utf8", timeout: 60000 });
   assert(r.status !== 0 && r.status !== null, `exit ${r.status}`);
