@@ -1,51 +1,19 @@
 // Hostile input and overload against `osprey serve` on loopback (the tiny synthetic model): each
 // probe that once crashed, hung or silently clamped, as a test. Bounded: every loop has a count and
 // every wait a deadline. Usage: node test_hostile.mjs OSPREY_BINARY
-import { spawn, spawnSync, execFileSync } from "node:child_process";
+import { spawnSync, execFileSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { assert, finish, metric, sleep, startServer as startServerIn, test } from "./harness.mjs";
 
 const osprey = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "osprey-hostile-"));
 const modelDir = path.join(tmp, "tiny");
 execFileSync(osprey, ["synth", "--preset", "tiny", "--seed", "3", "--out", modelDir, "--quiet"]);
 
-let passed = 0, failed = 0;
-const servers = [];
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`not ok - ${name}: ${e.stack || e}`);
-  }
-}
-function assert(cond, msg) { if (!cond) throw new Error(msg || "assertion failed"); }
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function startServer(extra = [], port = 20000 + Math.floor(Math.random() * 20000)) {
-  const proc = spawn(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(port), ...extra],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (d) => (log += d));
-  servers.push(proc);
-  for (let i = 0; i < 300; ++i) {
-    const m = log.match(/serving '[^']*' on http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m && Number(m[1]) > 0) {
-      const base = `http://127.0.0.1:${m[1]}`;
-      try {
-        if ((await fetch(`${base}/health`)).ok) return { base, port: Number(m[1]), proc, log: () => log };
-      } catch {}
-    }
-    if (proc.exitCode !== null) throw new Error(`server exited: ${log}`);
-    await sleep(50);
-  }
-  throw new Error(`server did not start: ${log}`);
-}
+const startServer = (extra = [], port) => startServerIn(osprey, modelDir, extra, port === undefined ? {} : { port });
 const alive = (s) => s.proc.exitCode === null && s.proc.signalCode === null;
 
 async function post(base, route, body, raw = false) {
@@ -60,11 +28,6 @@ function nested(levels, key) {  // {"type": "object", KEY: {"x": {...}}} levels 
   return open.repeat(levels) + `{"type":"string"}` + close.repeat(levels);
 }
 async function timed(fn) { const t = Date.now(); await fn(); return Date.now() - t; }
-async function metric(base, name) {
-  const text = await (await fetch(`${base}/metrics`)).text();
-  const line = text.split("\n").find((l) => l.startsWith(`osprey_${name} `));
-  return Number(line.split(" ")[1]);
-}
 
 const s = await startServer();
 
@@ -238,7 +201,5 @@ await test("--max-queue bounds every request the server holds; over it a 429 wit
   assert(await metric(small.base, "http_requests_admitted") === 4, "the admitted count is not what runs and waits");
 });
 
-for (const p of servers) p.kill("SIGTERM");
 fs.rmSync(tmp, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

@@ -1,52 +1,18 @@
 // End-to-end tests of `osprey serve` with the official `openai` npm client, on loopback, against
 // the tiny synthetic model. Usage: node test_server.mjs OSPREY_BINARY
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
+import { assert, finish, metric, sleep, startServer as startServerIn, test } from "./harness.mjs";
 
 const osprey = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "osprey-serve-"));
 const modelDir = path.join(tmp, "tiny");
 execFileSync(osprey, ["synth", "--preset", "tiny", "--seed", "3", "--out", modelDir, "--quiet"]);
 
-let passed = 0, failed = 0;
-const servers = [];
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`not ok - ${name}: ${e.stack || e}`);
-  }
-}
-function assert(cond, msg) { if (!cond) throw new Error(msg || "assertion failed"); }
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function startServer(extra) {
-  const port = 20000 + Math.floor(Math.random() * 20000);
-  const proc = spawn(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(port), ...extra],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (d) => (log += d));
-  servers.push(proc);
-  const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 200; ++i) {
-    try {
-      if ((await fetch(`${base}/health`)).ok) return { base, proc, log: () => log };
-    } catch {}
-    await sleep(50);
-  }
-  throw new Error(`server did not start: ${log}`);
-}
-async function metric(base, name) {
-  const text = await (await fetch(`${base}/metrics`)).text();
-  const line = text.split("\n").find((l) => l.startsWith(`osprey_${name} `));
-  return Number(line.split(" ")[1]);
-}
+const startServer = (extra) => startServerIn(osprey, modelDir, extra);
 async function expectStatus(promise, status, code) {
   try {
     await promise;
@@ -239,7 +205,5 @@ await test("/metrics exposes the serving counters", async () => {
     assert(text.includes(`osprey_${m}`), m);
 });
 
-for (const s of servers) s.kill("SIGTERM");
 fs.rmSync(tmp, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

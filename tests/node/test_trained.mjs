@@ -1,8 +1,8 @@
 // End-to-end tests of `osprey serve` with the official `openai` npm client, on loopback, against
 // the small trained model (osprey-mini): its answers, reasoning, tool calls and multi-turn chat,
 // all greedy. Usage: node test_trained.mjs OSPREY_BINARY MODEL_DIR
-import { spawn } from "node:child_process";
 import OpenAI from "openai";
+import { assert, finish, startServer, test } from "./harness.mjs";
 
 const [osprey, modelDir] = process.argv.slice(2);
 if (!osprey || !modelDir) {
@@ -10,50 +10,9 @@ if (!osprey || !modelDir) {
   process.exit(2);
 }
 
-let passed = 0, failed = 0;
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`not ok - ${name}: ${e.stack || e}`);
-  }
-}
-function assert(cond, msg) { if (!cond) throw new Error(msg || "assertion failed"); }
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const show = (x) => JSON.stringify(x);
 
-async function startServer() {
-  const port = 20000 + Math.floor(Math.random() * 20000);
-  const proc = spawn(osprey, ["serve", "--model", modelDir, "--host", "127.0.0.1", "--port", String(port)],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "", exited = null;
-  proc.stderr.on("data", (d) => (log += d));
-  proc.on("exit", (code, signal) => (exited = signal || code));
-  const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 1200 && exited === null; ++i) {  // loading a real checkpoint can take a while
-    try {
-      if ((await fetch(`${base}/health`)).ok) return { base, proc };
-    } catch {}
-    await sleep(50);
-  }
-  proc.kill("SIGTERM");
-  throw new Error(`server did not start (exit ${exited}): ${log}`);
-}
-// SIGTERM, then SIGKILL if the server has not shut down within 10 s.
-async function stopServer(proc) {
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  const exited = new Promise((r) => proc.once("exit", r));
-  proc.kill("SIGTERM");
-  if (await Promise.race([exited.then(() => true), sleep(10_000).then(() => false)])) return;
-  proc.kill("SIGKILL");
-  await exited;
-}
-
-const server = await startServer();
-process.on("exit", () => server.proc.kill("SIGTERM"));  // also when a request outside test() throws
+const server = await startServer(osprey, modelDir, [], { seconds: 120 });  // a real checkpoint can take a while
 const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 300_000 });
 const model = (await client.models.list()).data[0].id;
 
@@ -168,6 +127,4 @@ await test("tool call, streamed: the deltas reassemble to get_weather for Paris"
   assert(s.finish === "tool_calls", `finish_reason ${s.finish}`);
 });
 
-await stopServer(server.proc);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();
