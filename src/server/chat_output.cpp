@@ -17,7 +17,7 @@ ChatOutputBuilder::ChatOutputBuilder(const harmony::Tokenizer& tok, std::set<std
 
 std::vector<json> ChatOutputBuilder::push(int32_t token) {
   std::vector<json> out;
-  if (stopped_) return out;
+  if (stop_.stopped()) return out;
   const bool in_reasoning = route_ == Route::Reasoning && parser_.current().has_value();
   for (auto& e : parser_.push(token)) handle(e, out);
   if (in_reasoning) ++reasoning_tokens_;
@@ -26,9 +26,9 @@ std::vector<json> ChatOutputBuilder::push(int32_t token) {
 
 std::vector<json> ChatOutputBuilder::finish() {
   std::vector<json> out;
-  if (!stopped_)
+  if (!stop_.stopped())
     for (auto& e : parser_.finish()) handle(e, out);
-  if (!held_.empty()) emit_content("", /*final_flush=*/true, out);
+  if (stop_.holding()) emit_content("", /*final_flush=*/true, out);
   return out;
 }
 
@@ -58,7 +58,7 @@ void ChatOutputBuilder::handle(const harmony::ParserEvent& e, std::vector<json>&
         route_ = Route::Reasoning;
       } else {
         route_ = Route::Content;  // final, and commentary without a recipient (a preamble)
-        if (!content_.empty() || !held_.empty()) emit_content("\n", false, out);
+        if (!content_.empty() || stop_.holding()) emit_content("\n", false, out);
       }
       break;
     }
@@ -82,27 +82,8 @@ void ChatOutputBuilder::handle(const harmony::ParserEvent& e, std::vector<json>&
 // Content passes through a hold-back buffer so that a stop string split across tokens is never
 // half sent; text after a stop string is dropped.
 void ChatOutputBuilder::emit_content(std::string text, bool final_flush, std::vector<json>& out) {
-  held_ += text;
-  size_t cut = std::string::npos;
-  for (auto& s : stop_)
-    if (!s.empty())
-      if (size_t at = held_.find(s); at != std::string::npos) cut = std::min(cut, at);
-  std::string ready;
-  if (cut != std::string::npos) {
-    ready = held_.substr(0, cut);
-    held_.clear();
-    stopped_ = true;
-  } else {
-    size_t keep = 0;
-    if (!final_flush)
-      for (auto& s : stop_) keep = std::max(keep, s.size() ? s.size() - 1 : 0);
-    keep = std::min(keep, held_.size());
-    // Never split a UTF-8 sequence when holding back.
-    size_t at = held_.size() - keep;
-    while (at > 0 && at < held_.size() && (static_cast<unsigned char>(held_[at]) & 0xC0) == 0x80) --at;
-    ready = held_.substr(0, at);
-    held_.erase(0, at);
-  }
+  std::string ready = stop_.push(text);
+  if (final_flush) ready += stop_.flush();
   if (!ready.empty()) {
     content_ += ready;
     out.push_back({{"content", ready}});
@@ -121,7 +102,7 @@ json ChatOutputBuilder::message() const {
 
 std::string ChatOutputBuilder::finish_reason(const std::string& engine_reason) const {
   if (!tool_calls_.empty()) return "tool_calls";
-  if (stopped_) return "stop";
+  if (stop_.stopped()) return "stop";
   return engine_reason == "length" ? "length" : "stop";
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harmony/parser.h"
+#include "server/stop_strings.h"
 
 namespace osprey::server {
 
@@ -24,7 +25,7 @@ class ChatOutputBuilder {
   // `delta` object). stopped() turns true when a stop string was met.
   std::vector<json> push(int32_t token);
   std::vector<json> finish();  // end of generation (flushes held text and an unfinished message)
-  bool stopped() const { return stopped_; }
+  bool stopped() const { return stop_.stopped(); }
 
   // The non-streaming message, the finish reason given the engine's, and token counts.
   json message() const;
@@ -39,12 +40,11 @@ class ChatOutputBuilder {
 
   harmony::StreamingParser parser_;
   std::set<std::string> declared_;
-  std::vector<std::string> stop_;
+  StopStringFilter stop_;
   Route route_ = Route::Content;
-  std::string reasoning_, content_, held_;
+  std::string reasoning_, content_;
   json tool_calls_ = json::array();
   int reasoning_tokens_ = 0;
-  bool stopped_ = false;
 };
 
 std::string new_id(const char* prefix);  // prefix + 24 random hex digits

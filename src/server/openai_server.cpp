@@ -212,7 +212,31 @@ struct OpenAiServer::Impl {
                      "invalid_request_error", "model", "model_not_found");
     int64_t n = get_field<int64_t>(b, "n", 1);
     if (n != 1) throw ApiError(400, "only n = 1 is supported", "invalid_request_error", "n");
+    refuse_unhonoured(b);
     return b;
+  }
+
+  // Fields osprey does not honour yet are refused with a 400 naming them, never ignored. Their
+  // neutral values (logprobs false, penalties 0, an empty logit_bias, response_format text) pass.
+  static void refuse_unhonoured(const json& b) {
+    auto given = [&](const char* key) -> const json* {
+      auto it = b.find(key);
+      return it == b.end() || it->is_null() ? nullptr : &*it;
+    };
+    auto refuse = [](const char* key, const std::string& why) {
+      throw ApiError(400, fmt::format("'{}' is not supported yet: {}", key, why), "invalid_request_error", key);
+    };
+    if (const json* v = given("logprobs"); v && !(*v == false || *v == 0)) refuse("logprobs", "log probabilities are not returned");
+    if (const json* v = given("top_logprobs"); v && *v != 0) refuse("top_logprobs", "log probabilities are not returned");
+    if (const json* v = given("response_format"); v && !(v->is_object() && v->value("type", json()) == "text"))
+      refuse("response_format", "structured outputs (json_object, json_schema) are not constrained yet; omit it or use {\"type\": \"text\"}");
+    for (const char* key : {"presence_penalty", "frequency_penalty"})
+      if (const json* v = given(key); v && !(v->is_number() && v->get<double>() == 0.0)) refuse(key, "only 0 is supported");
+    if (const json* v = given("logit_bias"); v && !(v->is_object() && v->empty())) refuse("logit_bias", "only an empty map is supported");
+    if (const json* v = given("echo"); v && *v != false) refuse("echo", "the prompt is not echoed");
+    if (const json* v = given("best_of"); v && *v != 1) refuse("best_of", "only 1 is supported");
+    if (const json* v = given("suffix"); v && !(v->is_string() && v->get_ref<const std::string&>().empty()))
+      refuse("suffix", "insertion is not supported");
   }
 
   GenerationRequest generation(const json& b, std::vector<int32_t> prompt, bool chat) {
@@ -420,6 +444,7 @@ struct OpenAiServer::Impl {
       return json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
     };
     auto utf8 = std::make_shared<harmony::Utf8StreamDecoder>();
+    auto stops = std::make_shared<StopStringFilter>(stop_strings(b));
     if (!stream) {
       struct Tally {
         std::string text, reason = "stop";
@@ -429,14 +454,16 @@ struct OpenAiServer::Impl {
       answer_when_done(
           res, handle, ticket,
           [=, this](const TokenEvent& ev) {
-            if (ev.token >= 0) {
+            if (ev.token >= 0 && !stops->stopped()) {
               ++t->completion;
-              t->text += utf8->push(tok.token_bytes(ev.token));
+              t->text += stops->push(utf8->push(tok.token_bytes(ev.token)));
+              if (stops->stopped()) handle->cancel();
             }
-            if (ev.finish != FinishReason::None) t->reason = finish_reason_name(ev.finish);
+            if (ev.finish != FinishReason::None) t->reason = stops->stopped() ? "stop" : finish_reason_name(ev.finish);
           },
           [=] {
-            t->text += utf8->flush();
+            t->text += stops->push(utf8->flush());
+            t->text += stops->flush();
             json out = env.make("text_completion", choice(t->text, t->reason));
             out["usage"] = usage(prompt_len, t->completion, 0);
             return out;
@@ -454,13 +481,16 @@ struct OpenAiServer::Impl {
           };
           TokenEvent ev;
           if (!handle->next(ev)) return false;
-          if (ev.token >= 0) {
+          if (ev.token >= 0 && !stops->stopped()) {
             ++*completion;
-            std::string t = utf8->push(tok.token_bytes(ev.token));
+            std::string t = stops->push(utf8->push(tok.token_bytes(ev.token)));
             if (!send_text(t, nullptr)) return client_left(*handle);
+            if (stops->stopped()) handle->cancel();
           }
           if (ev.finish != FinishReason::None) {
-            send_text(utf8->flush(), finish_reason_name(ev.finish));
+            std::string tail = stops->push(utf8->flush());
+            tail += stops->flush();
+            send_text(tail, stops->stopped() ? "stop" : finish_reason_name(ev.finish));
             if (include_usage) {
               json u = env.make("text_completion", json::array());
               u["usage"] = usage(prompt_len, *completion, 0);

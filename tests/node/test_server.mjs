@@ -107,6 +107,37 @@ await test("completions (text prompt, token prompt, streaming)", async () => {
   assert(text === whole.choices[0].text, `stream ${JSON.stringify(text)} vs whole ${JSON.stringify(whole.choices[0].text)}`);
 });
 
+await test("completions honour stop strings, streaming or not, and stop generating there", async () => {
+  const req = { model, prompt: [5, 6, 7], max_tokens: 40, temperature: 0, ignore_eos: true };
+  const whole = (await client.completions.create(req)).choices[0].text;
+  const stop = [...whole].slice(8, 11).join("");  // a piece from the middle of what it writes
+  const before = whole.slice(0, whole.indexOf(stop));
+  assert(stop.length > 0 && before.length < whole.length, `no usable stop string in ${JSON.stringify(whole)}`);
+  const r = await client.completions.create({ ...req, stop: [stop, "never-written-\u0001"] });
+  assert(r.choices[0].text === before, `${JSON.stringify(r.choices[0].text)} vs ${JSON.stringify(before)}`);
+  assert(r.choices[0].finish_reason === "stop" && r.usage.completion_tokens < 40, JSON.stringify(r));
+  let text = "", finish = null;
+  for await (const c of await client.completions.create({ ...req, stop, stream: true })) {
+    text += c.choices[0]?.text ?? "";
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  assert(text === before && finish === "stop", `stream ${JSON.stringify(text)} (${finish}) vs ${JSON.stringify(before)}`);
+});
+
+await test("fields osprey does not honour yet are refused, naming them; their neutral values pass", async () => {
+  const base = { model, messages: [{ role: "user", content: "hi" }], max_tokens: 2, temperature: 0 };
+  for (const [field, value] of [["logprobs", true], ["top_logprobs", 3], ["response_format", { type: "json_object" }],
+                                ["presence_penalty", 0.5], ["frequency_penalty", -1], ["logit_bias", { "50256": -100 }]]) {
+    const e = await expectStatus(client.chat.completions.create({ ...base, [field]: value }), 400);
+    assert(e.error?.param === field && /not supported yet/.test(e.message), `${field}: ${JSON.stringify(e.error)}`);
+  }
+  for (const [field, value] of [["echo", true], ["best_of", 2], ["suffix", "x"]])
+    await expectStatus(client.completions.create({ model, prompt: "a", max_tokens: 2, [field]: value }), 400);
+  const ok = await client.chat.completions.create({ ...base, logprobs: false, presence_penalty: 0, frequency_penalty: 0,
+                                                    logit_bias: {}, response_format: { type: "text" } });
+  assert(ok.choices.length === 1);
+});
+
 await test("seeded sampling is reproducible", async () => {
   const req = { model, prompt: [9, 8, 7], max_tokens: 8, temperature: 1.0, top_p: 0.9, seed: 1234, ignore_eos: true };
   const a = await client.completions.create(req), b = await client.completions.create(req);
