@@ -52,7 +52,7 @@ await test("deeply nested tool-call arguments are a 400", async () => {
 });
 
 await test("a schema that renders past the context is refused before tokenization", async () => {
-  // 60 levels (under the depth limit) of 40 properties each side: a prompt far over 4,096 tokens.
+  // 2,000 properties of 200-byte descriptions: a prompt far over what 4,096 tokens can hold.
   const props = {};
   for (let i = 0; i < 2000; ++i) props[`p${i}`] = { type: "string", description: "y".repeat(200) };
   const t0 = Date.now();
