@@ -124,19 +124,26 @@ struct OpenAiServer::Impl {
   // (streams: until the stream ends). At most max_batch + max_queue are held at once; one more
   // gets a 429 with Retry-After at once. Connections accepted but waiting for an HTTP thread are
   // counted too, so /metrics sees every request the server holds.
+  // A request with n choices holds n.
   std::atomic<int> admitted{0}, connections_waiting{0};
   struct Ticket {
-    std::atomic<int>& n;
-    ~Ticket() { --n; }
+    Impl& srv;
+    int count = 0;
+    void add(int k) {
+      const int limit = srv.engine.config().max_batch + srv.engine.config().max_queue;
+      if ((srv.admitted += k) > limit) {
+        srv.admitted -= k;
+        throw ApiError(429, fmt::format("The server is at capacity ({} sequences running or waiting); retry shortly", limit),
+                       "rate_limit_error", "", "queue_full");
+      }
+      count += k;
+    }
+    ~Ticket() { srv.admitted -= count; }
   };
   std::shared_ptr<Ticket> admit() {
-    const int limit = engine.config().max_batch + engine.config().max_queue;
-    if (++admitted > limit) {
-      --admitted;
-      throw ApiError(429, fmt::format("The server is at capacity ({} requests running or waiting); retry shortly", limit),
-                     "rate_limit_error", "", "queue_full");
-    }
-    return std::make_shared<Ticket>(admitted);
+    auto t = std::make_shared<Ticket>(Ticket{*this});
+    t->add(1);
+    return t;
   }
   // ------------------------------------------------------------------ clients that leave
   std::atomic<uint64_t> client_disconnects{0};
@@ -148,33 +155,65 @@ struct OpenAiServer::Impl {
     return false;
   }
 
-  // A non-streaming answer: one JSON object when generation ends. The first event is awaited here,
-  // so a failure before any token is still a 500. After it the body goes out chunked, one space
-  // per token event ahead of the object (JSON allows leading whitespace): a client that went away
-  // fails a write within a step or two and its generation is cancelled, not run to max_tokens.
-  void answer_when_done(httplib::Response& res, std::shared_ptr<RequestHandle> handle, std::shared_ptr<Ticket> ticket,
-                        std::function<void(const TokenEvent&)> on_event, std::function<json()> body) {
+  // A non-streaming answer: one JSON object when generation ends (all n choices). The first event
+  // is awaited here, so a failure before any token is still a 500. After it the body goes out
+  // chunked, one space per token event ahead of the object (JSON allows leading whitespace): a
+  // client that went away fails a write within a step or two and its generation is cancelled, not
+  // run to max_tokens.
+  using Handles = std::vector<std::shared_ptr<RequestHandle>>;
+  static void cancel_all(const Handles& hs) {
+    for (auto& h : hs) h->cancel();
+  }
+  void answer_when_done(httplib::Response& res, Handles handles, std::shared_ptr<Ticket> ticket,
+                        std::function<void(size_t, const TokenEvent&)> on_event, std::function<json()> body) {
     TokenEvent first;
-    const bool more = handle->next(first);
-    if (more && first.finish == FinishReason::Error) throw ApiError(500, "generation failed: " + first.error, "server_error");
-    if (more) on_event(first);
+    const bool more = handles[0]->next(first);
+    if (more && first.finish == FinishReason::Error) {
+      cancel_all(handles);
+      throw ApiError(500, "generation failed: " + first.error, "server_error");
+    }
+    if (more) on_event(0, first);
     res.set_chunked_content_provider(
         "application/json",
         [=, this](size_t, httplib::DataSink& sink) {
           TokenEvent ev;
           std::string error;
-          while (handle->next(ev)) {
-            if (ev.finish == FinishReason::Error) error = ev.error;
-            else on_event(ev);
-            if (!sink.write(" ", 1)) return client_left(*handle);
-          }
+          for (size_t i = 0; i < handles.size(); ++i)
+            while (handles[i]->next(ev)) {
+              if (ev.finish == FinishReason::Error) error = ev.error;
+              else on_event(i, ev);
+              if (!sink.write(" ", 1)) {
+                cancel_all(handles);
+                return client_left(*handles[i]);
+              }
+            }
           const std::string out =
               dump(error.empty() ? body() : error_body("generation failed: " + error, "server_error", "", ""));
           sink.write(out.data(), out.size());
           sink.done();
           return true;
         },
-        [handle, ticket](bool) { handle->cancel(); });
+        [handles, ticket](bool) { cancel_all(handles); });
+  }
+
+  // n copies of one generation request (choice i samples with seed + i), submitted together; the
+  // ticket grows to hold them. Either all are running or none is.
+  Handles submit_choices(GenerationRequest g, int n, Ticket& ticket,
+                         const std::function<std::shared_ptr<TokenConstraint>()>& constraint) {
+    ticket.add(n - 1);
+    Handles hs;
+    try {
+      for (int i = 0; i < n; ++i) {
+        GenerationRequest gi = g;
+        gi.sampling.seed = g.sampling.seed + uint64_t(i);
+        gi.constraint = constraint ? constraint() : nullptr;
+        hs.push_back(submit(std::move(gi)));
+      }
+    } catch (...) {
+      cancel_all(hs);
+      throw;
+    }
+    return hs;
   }
 
   // cpp-httplib's pool, counting the connections that wait for one of its threads.
@@ -210,8 +249,12 @@ struct OpenAiServer::Impl {
     if (m->get<std::string>() != cfg.model_id)
       throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", m->get<std::string>(), cfg.model_id),
                      "invalid_request_error", "model", "model_not_found");
-    int64_t n = get_field<int64_t>(b, "n", 1);
-    if (n != 1) throw ApiError(400, "only n = 1 is supported", "invalid_request_error", "n");
+    const int64_t n = get_field<int64_t>(b, "n", 1);
+    if (n < 1 || n > engine.config().max_batch)
+      throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
+                     "invalid_request_error", "n");
+    if (n > 1 && get_field<bool>(b, "stream", false))
+      throw ApiError(400, "'n' > 1 is not supported with stream yet", "invalid_request_error", "n");
     refuse_unhonoured(b);
     return b;
   }
@@ -315,19 +358,23 @@ struct OpenAiServer::Impl {
     }
     std::vector<int32_t> prompt = harmony::Renderer(tok).render_for_completion(conv, {.auto_drop_analysis = false});
     // tool_choice "required" or a named function is enforced while decoding, not only asked for.
-    std::shared_ptr<TokenConstraint> constraint;
+    // One constraint per choice: it follows its own sequence's tokens.
+    std::function<std::shared_ptr<TokenConstraint>()> constraint;
     if (auto tc = b.find("tool_choice"); tc != b.end() && !declared.empty()) {
-      if (tc->is_object()) constraint = std::make_shared<ToolChoiceConstraint>(tok, std::vector<std::string>{(*tc)["function"]["name"]});
-      else if (*tc == "required") constraint = std::make_shared<ToolChoiceConstraint>(tok, std::vector<std::string>(declared.begin(), declared.end()));
+      std::vector<std::string> names;
+      if (tc->is_object()) names = {(*tc)["function"]["name"].get<std::string>()};
+      else if (*tc == "required") names.assign(declared.begin(), declared.end());
+      if (!names.empty()) constraint = [this, names] { return std::make_shared<ToolChoiceConstraint>(tok, names); };
     }
     if (auto tc = b.find("tool_choice"); tc != b.end() && *tc == "required" && declared.empty())
       throw ApiError(400, "tool_choice 'required' needs at least one tool", "invalid_request_error", "tool_choice");
     const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/true);
-    g.constraint = constraint;
-    const int prompt_len = int(g.prompt.size());
-    auto builder = std::make_shared<ChatOutputBuilder>(tok, declared, stop_strings(b));
-    auto handle = submit(std::move(g));
+    const int prompt_len = int(g.prompt.size()), n = int(get_field<int64_t>(b, "n", 1));
+    const std::vector<std::string> stops = stop_strings(b);
+    std::vector<std::shared_ptr<ChatOutputBuilder>> builders;
+    for (int i = 0; i < n; ++i) builders.push_back(std::make_shared<ChatOutputBuilder>(tok, declared, stops));
+    const Handles handles = submit_choices(std::move(g), n, *ticket, constraint);
     const Envelope env{new_id("chatcmpl-"), cfg.model_id, unix_now()};
 
     if (!stream) {
@@ -335,26 +382,35 @@ struct OpenAiServer::Impl {
         int completion = 0;
         std::string reason = "stop";
       };
-      auto t = std::make_shared<Tally>();
+      auto tallies = std::make_shared<std::vector<Tally>>(n);
       answer_when_done(
-          res, handle, ticket,
-          [=](const TokenEvent& ev) {
+          res, handles, ticket,
+          [=](size_t i, const TokenEvent& ev) {
+            Tally& t = (*tallies)[i];
             if (ev.token >= 0) {
-              ++t->completion;
-              builder->push(ev.token);
-              if (builder->stopped()) handle->cancel();
+              ++t.completion;
+              builders[i]->push(ev.token);
+              if (builders[i]->stopped()) handles[i]->cancel();
             }
-            if (ev.finish != FinishReason::None) t->reason = finish_reason_name(ev.finish);
+            if (ev.finish != FinishReason::None) t.reason = finish_reason_name(ev.finish);
           },
           [=] {
-            builder->finish();
-            json out = env.make("chat.completion", json::array({{{"index", 0}, {"message", builder->message()}, {"logprobs", nullptr},
-                                                                  {"finish_reason", builder->finish_reason(t->reason)}}}));
-            out["usage"] = usage(prompt_len, t->completion, builder->reasoning_tokens());
+            json choices = json::array();
+            int completion = 0, reasoning = 0;
+            for (int i = 0; i < n; ++i) {
+              builders[i]->finish();
+              choices.push_back({{"index", i}, {"message", builders[i]->message()}, {"logprobs", nullptr},
+                                 {"finish_reason", builders[i]->finish_reason((*tallies)[i].reason)}});
+              completion += (*tallies)[i].completion, reasoning += builders[i]->reasoning_tokens();
+            }
+            json out = env.make("chat.completion", choices);
+            out["usage"] = usage(prompt_len, completion, reasoning);
             return out;
           });
       return;
     }
+    const auto builder = builders[0];
+    const auto handle = handles[0];
     struct State {
       bool sent_role = false;
       int completion = 0;
@@ -437,63 +493,75 @@ struct OpenAiServer::Impl {
     if (prompt.empty()) throw ApiError(400, "'prompt' is empty", "invalid_request_error", "prompt");
     const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/false);
-    const int prompt_len = int(g.prompt.size());
-    auto handle = submit(std::move(g));
+    const int prompt_len = int(g.prompt.size()), n = int(get_field<int64_t>(b, "n", 1));
+    const std::vector<std::string> stops = stop_strings(b);  // checked before anything runs
+    const Handles handles = submit_choices(std::move(g), n, *ticket, nullptr);
     const Envelope env{new_id("cmpl-"), cfg.model_id, unix_now()};
-    auto choice = [](const std::string& text, const json& finish) {
-      return json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+    auto choice = [](int index, const std::string& text, const json& finish) {
+      return json{{"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
     };
-    auto utf8 = std::make_shared<harmony::Utf8StreamDecoder>();
-    auto stops = std::make_shared<StopStringFilter>(stop_strings(b));
+    // Per choice: its text as it decodes, cut at the stop strings.
+    struct Text {
+      harmony::Utf8StreamDecoder utf8;
+      StopStringFilter stops;
+      std::string text, reason = "stop";
+      int completion = 0;
+      // The text an event adds (at the end, the held-back tail too).
+      std::string push(const harmony::Tokenizer& tok, const TokenEvent& ev) {
+        std::string t;
+        if (ev.token >= 0 && !stops.stopped()) {
+          ++completion;
+          t = stops.push(utf8.push(tok.token_bytes(ev.token)));
+        }
+        if (ev.finish != FinishReason::None) {
+          t += stops.push(utf8.flush());
+          t += stops.flush();
+          reason = stops.stopped() ? "stop" : finish_reason_name(ev.finish);
+        }
+        text += t;
+        return t;
+      }
+    };
+    auto texts = std::make_shared<std::vector<Text>>();
+    for (int i = 0; i < n; ++i) texts->push_back(Text{{}, StopStringFilter(stops), {}, "stop", 0});
     if (!stream) {
-      struct Tally {
-        std::string text, reason = "stop";
-        int completion = 0;
-      };
-      auto t = std::make_shared<Tally>();
       answer_when_done(
-          res, handle, ticket,
-          [=, this](const TokenEvent& ev) {
-            if (ev.token >= 0 && !stops->stopped()) {
-              ++t->completion;
-              t->text += stops->push(utf8->push(tok.token_bytes(ev.token)));
-              if (stops->stopped()) handle->cancel();
-            }
-            if (ev.finish != FinishReason::None) t->reason = stops->stopped() ? "stop" : finish_reason_name(ev.finish);
+          res, handles, ticket,
+          [=, this](size_t i, const TokenEvent& ev) {
+            (*texts)[i].push(tok, ev);
+            if ((*texts)[i].stops.stopped()) handles[i]->cancel();
           },
           [=] {
-            t->text += stops->push(utf8->flush());
-            t->text += stops->flush();
-            json out = env.make("text_completion", choice(t->text, t->reason));
-            out["usage"] = usage(prompt_len, t->completion, 0);
+            json choices = json::array();
+            int completion = 0;
+            for (int i = 0; i < n; ++i) {
+              choices.push_back(choice(i, (*texts)[i].text, (*texts)[i].reason));
+              completion += (*texts)[i].completion;
+            }
+            json out = env.make("text_completion", choices);
+            out["usage"] = usage(prompt_len, completion, 0);
             return out;
           });
       return;
     }
-    auto completion = std::make_shared<int>(0);
+    const auto handle = handles[0];
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
         [=, this](size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-          auto send_text = [&](const std::string& text, const json& finish) {
-            return send(sse(env.make("text_completion", choice(text, finish))));
-          };
+          Text& t = (*texts)[0];
           TokenEvent ev;
           if (!handle->next(ev)) return false;
-          if (ev.token >= 0 && !stops->stopped()) {
-            ++*completion;
-            std::string t = stops->push(utf8->push(tok.token_bytes(ev.token)));
-            if (!send_text(t, nullptr)) return client_left(*handle);
-            if (stops->stopped()) handle->cancel();
-          }
-          if (ev.finish != FinishReason::None) {
-            std::string tail = stops->push(utf8->flush());
-            tail += stops->flush();
-            send_text(tail, stops->stopped() ? "stop" : finish_reason_name(ev.finish));
+          const bool last = ev.finish != FinishReason::None;
+          const std::string piece = t.push(tok, ev);
+          if (!send(sse(env.make("text_completion", json::array({choice(0, piece, last ? json(t.reason) : json())})))))
+            return client_left(*handle);
+          if (t.stops.stopped()) handle->cancel();
+          if (last) {
             if (include_usage) {
               json u = env.make("text_completion", json::array());
-              u["usage"] = usage(prompt_len, *completion, 0);
+              u["usage"] = usage(prompt_len, t.completion, 0);
               send(sse(u));
             }
             send(kSseDone);

@@ -138,6 +138,21 @@ await test("fields osprey does not honour yet are refused, naming them; their ne
   assert(ok.choices.length === 1);
 });
 
+await test("n choices: each samples with seed + its index, choice 0 is the single request's answer", async () => {
+  const req = { model, messages: [{ role: "user", content: "Tell me something." }], max_tokens: 12, temperature: 1, seed: 40, ignore_eos: true };
+  const three = await client.chat.completions.create({ ...req, n: 3 });
+  assert(three.choices.length === 3 && three.choices.map((c) => c.index).join() === "0,1,2", JSON.stringify(three.choices));
+  for (let i = 0; i < 3; ++i) {
+    const one = await client.chat.completions.create({ ...req, seed: 40 + i });
+    assert(one.choices[0].message.content === three.choices[i].message.content, `choice ${i} differs from seed ${40 + i} alone`);
+  }
+  assert(three.usage.completion_tokens === 36 && three.usage.prompt_tokens === (await client.chat.completions.create(req)).usage.prompt_tokens,
+         JSON.stringify(three.usage));
+  const c = await client.completions.create({ model, prompt: [5, 6, 7], max_tokens: 6, temperature: 1, seed: 9, n: 2, ignore_eos: true });
+  const c1 = await client.completions.create({ model, prompt: [5, 6, 7], max_tokens: 6, temperature: 1, seed: 10, ignore_eos: true });
+  assert(c.choices.length === 2 && c.choices[1].text === c1.choices[0].text && c.usage.completion_tokens === 12, JSON.stringify(c));
+});
+
 await test("seeded sampling is reproducible", async () => {
   const req = { model, prompt: [9, 8, 7], max_tokens: 8, temperature: 1.0, top_p: 0.9, seed: 1234, ignore_eos: true };
   const a = await client.completions.create(req), b = await client.completions.create(req);
@@ -149,7 +164,8 @@ await test("bad requests get OpenAI-style 4xx errors and the server keeps servin
   await expectStatus(client.chat.completions.create({ model, messages: [] }), 400);
   await expectStatus(client.chat.completions.create({ model, messages: [{ role: "wizard", content: "x" }] }), 400);
   await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], temperature: "hot" }), 400);
-  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 3 }), 400);
+  for (const n of [0, 1000]) await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n }), 400);
+  await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 2, stream: true }), 400);
   await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], max_tokens: 0 }), 400);
   await expectStatus(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
     tools: [{ type: "function", function: { name: "f", parameters: { type: "array" } } }] }), 400);
