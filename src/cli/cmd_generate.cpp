@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <fstream>
 #include <functional>
 
 #include "cli/commands.h"
@@ -44,17 +43,7 @@ void add_generate(CLI::App& app) {
     if (!args->tokens.empty()) {
       prompts.push_back(parse_token_list(args->tokens));
     } else {
-      std::ifstream in(args->prompts);
-      if (!in) fail("cannot open {}", args->prompts);
-      std::string line;
-      for (size_t n = 1; std::getline(in, line); ++n) {
-        if (line.empty()) continue;
-        try {
-          prompts.push_back(parse_token_list(line));
-        } catch (const Error& e) {
-          fail("{} line {}: {}", args->prompts, n, e.what());
-        }
-      }
+      for_each_line(args->prompts, [&](const std::string& line) { prompts.push_back(parse_token_list(line)); });
       if (prompts.empty()) fail("{}: no prompts", args->prompts);
     }
     GenerateOptions opt;

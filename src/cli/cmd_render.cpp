@@ -80,26 +80,16 @@ void add_render(CLI::App& app) {
       fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return;
     }
-    std::ifstream in(args->requests);
-    if (!in) fail("cannot open {}", args->requests);
-    std::string line;
-    for (size_t n = 1; std::getline(in, line); ++n) {
-      if (line.empty()) continue;
+    for_each_line(args->requests, [&](const std::string& line) {
       harmony::ordered_json j = harmony::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("request"))
-        fail("{} line {}: expected a JSON object with a 'request'", args->requests, n);
+      if (j.is_discarded() || !j.is_object() || !j.contains("request")) fail("expected a JSON object with a 'request'");
       std::string date = args->date;
       if (auto d = j.find("date"); d != j.end()) {
-        if (!d->is_string()) fail("{} line {}: 'date' must be a string", args->requests, n);
+        if (!d->is_string()) fail("'date' must be a string");
         date = d->get<std::string>();
       }
-      try {
-        auto out = render_one(tok, j["request"], date, args->reply, /*with_text=*/false);
-        fmt::print("{}\n", out.dump());
-      } catch (const Error& e) {
-        fail("{} line {}: {}", args->requests, n, e.what());
-      }
-    }
+      fmt::print("{}\n", render_one(tok, j["request"], date, args->reply, /*with_text=*/false).dump());
+    });
   });
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ void add_bench_serve(CLI::App* bench);
 
 // --text S or --file F
 std::string read_text_arg(const std::string& text, const std::string& file);
+
+// Calls fn on each non-empty line of a file (JSON Lines, id lists); an Error fn throws comes back
+// naming the file and line.
+void for_each_line(const std::string& path, const std::function<void(const std::string&)>& fn);
 
 // "1,2,3" -> integers >= 0 (>= 1 when positive); errors name the option and say what an entry must be.
 std::vector<int32_t> parse_int_list(const std::string& s, const std::string& option, const std::string& what,

@@ -1,4 +1,5 @@
 // build/osprey: one binary, one subcommand per job.
+#include <fstream>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -32,6 +33,20 @@ std::vector<int32_t> parse_int_list(const std::string& s, const std::string& opt
 }
 
 std::vector<int32_t> parse_token_list(const std::string& s) { return parse_int_list(s, "--tokens", "a token id"); }
+
+void for_each_line(const std::string& path, const std::function<void(const std::string&)>& fn) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open {}", path);
+  std::string line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    try {
+      fn(line);
+    } catch (const Error& e) {
+      fail("{} line {}: {}", path, n, e.what());
+    }
+  }
+}
 
 CpuPrecision cpu_precision(const std::string& name) {
   if (name.empty() || name == "fp32") return CpuPrecision::AsStored;

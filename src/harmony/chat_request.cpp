@@ -269,8 +269,9 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
     if (dev.instructions) bytes += dev.instructions->size();
     for (const Message& m : body) bytes += m.text().size() + (m.recipient ? m.recipient->size() : 0);
     if (bytes > settings.max_prompt_bytes)
-      fail("the prompt's text is {} bytes (the messages and the rendered tools), more than the {} the context can hold",
-           bytes, settings.max_prompt_bytes);
+      throw PromptTooLong(fmt::format(
+          "the prompt's text is {} bytes (the messages and the rendered tools), more than the {} the context can hold",
+          bytes, settings.max_prompt_bytes));
   }
   return conv;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "harmony/conversation.h"
 
 namespace osprey::harmony {
@@ -28,9 +29,14 @@ struct ChatRenderSettings {
 // schemas known types with `required` naming declared properties.
 inline constexpr size_t kMaxToolNameLength = 64;
 
-// Throws osprey::Error naming the offending field on a malformed request.
-// `max_prompt_bytes` over: an Error whose message starts "the prompt" (the server answers 400
+// The prompt's text is over ChatRenderSettings::max_prompt_bytes (the server: 400
 // context_length_exceeded).
+struct PromptTooLong : Error {
+  using Error::Error;
+};
+
+// Throws osprey::Error naming the offending field on a malformed request, PromptTooLong over the
+// prompt bound.
 std::vector<Message> conversation_from_chat_request(const ordered_json& request, const ChatRenderSettings& settings);
 
 // "2026-11-29" in UTC.

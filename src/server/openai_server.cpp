@@ -340,11 +340,10 @@ struct OpenAiServer::Impl {
     try {
       conv = harmony::conversation_from_chat_request(
           b, {.current_date = harmony::today_utc(), .max_prompt_bytes = size_t(engine.config().max_seq_len) * kMaxBytesPerToken});
+    } catch (const harmony::PromptTooLong& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", "messages", "context_length_exceeded");
     } catch (const Error& e) {
-      const std::string msg = e.what();
-      if (msg.rfind("the prompt", 0) == 0)
-        throw ApiError(400, msg, "invalid_request_error", "messages", "context_length_exceeded");
-      throw ApiError(400, msg, "invalid_request_error", field_of(msg, "messages"));
+      throw ApiError(400, e.what(), "invalid_request_error", field_of(e.what(), "messages"));
     }
     std::set<std::string> declared;
     for (auto& m : conv)
