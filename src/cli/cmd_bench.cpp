@@ -62,6 +62,7 @@ void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the memory-bandwidth bound");
   cmd->add_option("--model", args->model, "checkpoint directory");
   add_bench_serve(cmd);
+  add_bench_grammar(cmd);
   cmd->add_option("--prompt-len", args->prompt_len, "prompt tokens (random ids)")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-tokens", args->decode_tokens, "tokens to decode")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "seed of the random prompt");
@@ -82,8 +83,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--top-k", cu->top_k, "cuda: top-k of the sampled decode steps (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", cu->json, "cuda: also write the results as JSON here");
   cmd->callback([args, cu, cmd] {
-    if (cmd->got_subcommand("serve")) return;
-    if (args->model.empty()) fail("bench: --model is required (or use `bench serve`)");
+    if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;
+    if (args->model.empty()) fail("bench: --model is required (or use `bench serve` or `bench grammar`)");
     if (args->backend == "cuda") {
       cu->model = args->model;
       cu->seed = args->seed;

@@ -22,6 +22,8 @@ void add_parse(CLI::App& app);
 void add_serve(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_bench_serve(CLI::App* bench);
+void add_grammar(CLI::App& app);
+void add_bench_grammar(CLI::App* bench);
 
 // --text S or --file F
 std::string read_text_arg(const std::string& text, const std::string& file);

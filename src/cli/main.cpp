@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   osprey::cli::add_bench(app);
   osprey::cli::add_inspect(app);
   osprey::cli::add_tokenize(app);
+  osprey::cli::add_grammar(app);
   osprey::cli::add_render(app);
   osprey::cli::add_parse(app);
   osprey::cli::add_serve(app);

@@ -64,12 +64,12 @@ bool feasible(const Node& n, const Frame& f) {
 
 class Stepper {
  public:
-  Stepper(const Grammar& g, GrammarState& out) : g_(g), out_(out) {}
+  Stepper(const Grammar& g, GrammarState& out, std::vector<Stack>& work) : g_(g), out_(out), work_(work) {}
 
-  // Applies byte c to stack s (consumed), appending the surviving successors to out.
-  void run(Stack s, uint8_t c) {
+  // Applies byte c to stack s (changed in place), appending the surviving successors to out.
+  void run(Stack& s, uint8_t c) {
     work_.clear();
-    work_.push_back(std::move(s));
+    step(s, c);
     int guard = 0;
     while (!work_.empty()) {
       Stack st = std::move(work_.back());
@@ -393,8 +393,15 @@ class Stepper {
 
   const Grammar& g_;
   GrammarState& out_;
-  std::vector<Stack> work_;
+  std::vector<Stack>& work_;  // forks still to step
 };
+
+// Per-thread buffers, so that stepping allocates nothing once warm (forks aside).
+struct Scratch {
+  Stack cur;
+  std::vector<Stack> work;
+};
+thread_local Scratch scratch;
 
 // Removes duplicate stacks (forks that met again).
 void dedupe(GrammarState& s) {
@@ -436,10 +443,11 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
 
 bool Matcher::advance(const GrammarState& in, uint8_t c, GrammarState& out) const {
   out.clear();
-  Stepper stepper(*g_, out);
+  Stepper stepper(*g_, out, scratch.work);
   uint32_t begin = 0;
   for (uint32_t e : in.ends) {
-    stepper.run(Stack(in.frames.begin() + begin, in.frames.begin() + e), c);
+    scratch.cur.assign(in.frames.begin() + begin, in.frames.begin() + e);
+    stepper.run(scratch.cur, c);
     begin = e;
   }
   dedupe(out);

@@ -63,9 +63,21 @@ TokenIndex::TokenIndex(const harmony::Tokenizer& tok) : vocab_(tok.vocab_size())
   all_ = sorted(std::move(ordinary));
   special_ = sorted(std::move(special));
   plain_upto_.assign(size_t(max_plain_chars_) + 1, TokenBitmask(words(), 0));
-  for (int32_t id = 0; id < vocab_; ++id)
-    if (chars[size_t(id)] >= 0)
-      for (int k = chars[size_t(id)]; k <= max_plain_chars_; ++k) mask_set(plain_upto_[size_t(k)], id);
+  plain_whole_upto_ = plain_upto_;
+  for (int32_t id = 0; id < vocab_; ++id) {
+    if (chars[size_t(id)] < 0) continue;
+    const std::string& b = bytes_[size_t(id)];
+    // Whether the last character is whole: walk back over continuation bytes to its lead.
+    size_t lead = b.size() - 1;
+    while (lead > 0 && (uint8_t(b[lead]) & 0xC0) == 0x80) --lead;
+    const uint8_t c = uint8_t(b[lead]);
+    const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    const bool whole = b.size() - lead == len;
+    for (int k = chars[size_t(id)]; k <= max_plain_chars_; ++k) {
+      mask_set(plain_upto_[size_t(k)], id);
+      if (whole) mask_set(plain_whole_upto_[size_t(k)], id);
+    }
+  }
 }
 
 TokenIndex::Sorted TokenIndex::sorted(std::vector<int32_t> ids) const {
@@ -132,26 +144,24 @@ TokenBitmask MaskCache::mask(const GrammarState& s) {
   return m;
 }
 
-TokenBitmask MaskCache::compute(const GrammarState& s) const {
+bool MaskCache::free_string_room(const GrammarState& s, int64_t& room) const {
   const Grammar& g = matcher_.grammar();
-  // Inside free strings (every stack): plain tokens are decided by their character count alone.
-  int64_t limit = -1;
-  bool in_free_string = !s.empty();
-  uint32_t begin = 0;
+  room = -1;
+  if (s.empty()) return false;
   for (uint32_t e : s.ends) {
     const Frame& top = s.frames[e - 1];
     const Node* n = top.node >= 0 ? &g.nodes[size_t(top.node)] : nullptr;
-    if (!n || n->kind != NodeKind::String || n->dfa >= 0 || top.phase != 1 /* S_IN */) {
-      in_free_string = false;
-      break;
-    }
-    const int64_t room = n->max_length >= 0 ? n->max_length - top.a : index_->max_plain_chars();
-    limit = std::max(limit, room);
-    begin = e;
+    if (!n || n->kind != NodeKind::String || n->dfa >= 0 || top.phase != 1 /* S_IN */) return false;
+    room = std::max<int64_t>(room, n->max_length >= 0 ? n->max_length - top.a : index_->max_plain_chars());
   }
-  (void)begin;
-  if (in_free_string) {
-    TokenBitmask out = limit >= 0 ? index_->plain_upto(int(limit)) : TokenBitmask(index_->words(), 0);
+  return true;
+}
+
+TokenBitmask MaskCache::compute(const GrammarState& s) const {
+  // Inside free strings (every stack): plain tokens are decided by their character count alone.
+  int64_t room;
+  if (free_string_room(s, room)) {
+    TokenBitmask out = room >= 0 ? index_->plain_upto(int(room)) : TokenBitmask(index_->words(), 0);
     walk(index_->string_special(), s, out);
     return out;
   }
@@ -167,6 +177,14 @@ TokenBitmask MaskCache::mask_for_budget(const GrammarState& s, int64_t tokens_le
 }
 
 TokenBitmask MaskCache::mask_within(const GrammarState& s, int64_t max_finish) const {
+  // One stack in a free string: a plain token with whole characters keeps the string open and
+  // needs no more bytes than before (fewer under a minLength), so it fits when the state does.
+  int64_t room;
+  if (s.ends.size() == 1 && free_string_room(s, room) && matcher_.min_bytes_to_finish(s) <= max_finish) {
+    TokenBitmask out = room >= 0 ? index_->plain_whole_upto(int(room)) : TokenBitmask(index_->words(), 0);
+    walk(index_->string_special(), s, out, max_finish);
+    return out;
+  }
   TokenBitmask out(index_->words(), 0);
   walk(index_->all(), s, out, max_finish);
   return out;

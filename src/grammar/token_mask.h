@@ -44,6 +44,8 @@ class TokenIndex {
   const Sorted& string_special() const { return special_; }
   // Plain string tokens (the rest) with at most k characters, k = 0 .. max_plain_chars().
   const TokenBitmask& plain_upto(int k) const { return plain_upto_[size_t(std::min(k, max_plain_chars_))]; }
+  // The same, without the tokens whose last character is unfinished.
+  const TokenBitmask& plain_whole_upto(int k) const { return plain_whole_upto_[size_t(std::min(k, max_plain_chars_))]; }
   int max_plain_chars() const { return max_plain_chars_; }
   std::string_view bytes(int32_t id) const { return bytes_[size_t(id)]; }
   size_t max_bytes() const { return max_bytes_; }  // the longest token
@@ -53,7 +55,7 @@ class TokenIndex {
   int32_t vocab_ = 0;
   std::vector<std::string> bytes_;  // ordinary tokens; special ones empty
   Sorted all_, special_;
-  std::vector<TokenBitmask> plain_upto_;
+  std::vector<TokenBitmask> plain_upto_, plain_whole_upto_;
   int max_plain_chars_ = 0;
   size_t max_bytes_ = 0;
 };
@@ -79,9 +81,11 @@ class MaskCache {
   const TokenIndex& index() const { return *index_; }
   const Matcher& matcher() const { return matcher_; }
   MaskStats stats();
+  TokenBitmask compute(const GrammarState& s) const;  // uncached
 
  private:
-  TokenBitmask compute(const GrammarState& s) const;
+  // In a free string on every stack: the characters the plainest tokens may still add (-1: none).
+  bool free_string_room(const GrammarState& s, int64_t& room) const;
   // Sets the tokens of `list` that s accepts (and, with max_finish >= 0, that leave at most
   // max_finish bytes to finish).
   void walk(const TokenIndex::Sorted& list, const GrammarState& s, TokenBitmask& out, int64_t max_finish = -1) const;
