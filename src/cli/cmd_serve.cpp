@@ -28,6 +28,7 @@ void add_serve(CLI::App& app) {
   struct Args {
     std::string model, host = "127.0.0.1", backend = "cpu", name;
     int port = 8000, max_batch = 64, max_seq_len = 4096, max_queue = 256, kv_blocks = 0, max_batched_tokens = 512;
+    int reasoning_budget = 1024;
     double kv_cache_gib = 4.0;
   };
   auto args = std::make_shared<Args>();
@@ -44,6 +45,10 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--kv-blocks", args->kv_blocks, "KV-cache blocks of 16 tokens (0: from --kv-cache-gib)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "KV-cache memory when --kv-blocks is 0")->check(CLI::PositiveNumber);
+  cmd->add_option("--reasoning-budget", args->reasoning_budget,
+                  "analysis tokens a constrained request (response_format, strict or forced tool calls) may spend "
+                  "before its answer is forced; a request's reasoning_budget overrides it")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
   cmd->callback([args] {
     args->model = model_or_default(args->model);
@@ -84,7 +89,7 @@ void add_serve(CLI::App& app) {
     Engine engine(std::move(runner), ec);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
     if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();
-    server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name});
+    server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name, .reasoning_budget = args->reasoning_budget});
     g_server = &srv;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);

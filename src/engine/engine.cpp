@@ -110,6 +110,9 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   seq->stop_tokens = req.stop_tokens;
   seq->sampler = std::make_unique<Sampler>(req.sampling);
   seq->constraint = req.constraint;
+  if (req.logprobs > 20) fail("at most 20 top log probabilities per token");
+  seq->logprobs = req.logprobs;
+  seq->adjust = req.adjust;
   auto handle = std::make_shared<RequestHandle>();
   {
     std::lock_guard lk(mu_);
@@ -183,7 +186,7 @@ void Engine::step() {
   // the choices carry each sequence's draw, taken in the order sample() would take it.
   const bool runner_selects =
       runner_->selects_tokens() && std::none_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
-        return c.sample && c.seq->constraint;
+        return c.sample && c.seq->needs_logits();
       });
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> selected;
@@ -211,12 +214,16 @@ void Engine::step() {
     s.num_computed = c.start + c.count;
     if (!c.sample) continue;
     int32_t tok;
+    std::optional<TokenLogprobs> lps;
     if (runner_selects) {
       tok = selected[li++];
     } else {
       std::vector<float>& lg = logits[li++];
-      if (s.constraint) s.constraint->apply(std::span(s.tokens).subspan(size_t(s.prompt_len)), lg);
+      const std::span<const int32_t> gen = std::span(s.tokens).subspan(size_t(s.prompt_len));
+      if (!s.adjust.empty()) s.adjust.apply(gen, lg);
+      if (s.constraint) s.constraint->apply(gen, lg);
       tok = s.sampler->sample(lg);
+      if (s.logprobs >= 0) lps = token_logprobs(lg, s.sampler->params().temperature, tok, s.logprobs);
     }
     s.tokens.push_back(tok);
     std::shared_ptr<RequestHandle> h;
@@ -229,7 +236,7 @@ void Engine::step() {
       a.last_token = t;
       ++metrics_.generated_tokens;
     }
-    h->push({tok, FinishReason::None, {}});
+    h->push({tok, FinishReason::None, {}, std::move(lps)});
     if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), tok)) done.push_back({s.id, FinishReason::Stop});
     else if (s.generated() >= s.max_tokens) done.push_back({s.id, FinishReason::Length});
   }

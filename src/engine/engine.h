@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -65,12 +66,15 @@ struct GenerationRequest {
   int max_tokens = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  LogitAdjust adjust;                // logit_bias and penalties
+  int logprobs = -1;                 // -1: none; k in [0, 20]: log probabilities with the top k
 };
 
 struct TokenEvent {
   int32_t token = -1;               // -1: no token (an error or a cancellation)
   FinishReason finish = FinishReason::None;
   std::string error;
+  std::optional<TokenLogprobs> logprobs;  // when the request asked for them
 };
 
 // The requester's end of one generation: a queue of events, and cancellation.

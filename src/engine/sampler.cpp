@@ -19,6 +19,41 @@ int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+void LogitAdjust::apply(std::span<const int32_t> generated, std::span<float> logits) const {
+  for (auto [t, b] : bias)
+    if (t >= 0 && size_t(t) < logits.size()) logits[size_t(t)] += b;
+  if (presence == 0 && frequency == 0) return;
+  std::vector<int32_t> seen(generated.begin(), generated.end());
+  std::sort(seen.begin(), seen.end());
+  for (size_t i = 0; i < seen.size();) {
+    size_t j = i;
+    while (j < seen.size() && seen[j] == seen[i]) ++j;
+    if (seen[i] >= 0 && size_t(seen[i]) < logits.size()) logits[size_t(seen[i])] -= presence + frequency * float(j - i);
+    i = j;
+  }
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, float temperature, int32_t chosen, int k) {
+  const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
+  const float m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l - m) * inv_t);
+  const double lse = std::log(sum);
+  auto lp = [&](int32_t t) { return float(double(logits[size_t(t)] - m) * inv_t - lse); };
+  TokenLogprobs out;
+  out.logprob = lp(chosen);
+  if (k > 0) {
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    const size_t n = std::min(order.size(), size_t(k));
+    std::partial_sort(order.begin(), order.begin() + long(n), order.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) out.top.push_back({order[i], lp(order[i])});
+  }
+  return out;
+}
+
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { p.validate(); }
 
 // 53 random bits -> [0, 1): the same on every platform, unlike std::uniform_real_distribution.

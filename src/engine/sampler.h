@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
+#include <vector>
 
 namespace osprey {
 
@@ -16,6 +18,24 @@ struct SamplingParams {
 };
 
 int32_t argmax(std::span<const float> logits);  // lowest index on ties
+
+// OpenAI's logit_bias, presence_penalty and frequency_penalty: added to the logits before the
+// constraint and the sampler; the penalties count the tokens generated so far (not the prompt).
+struct LogitAdjust {
+  float presence = 0, frequency = 0;
+  std::vector<std::pair<int32_t, float>> bias;
+  bool empty() const { return presence == 0 && frequency == 0 && bias.empty(); }
+  void apply(std::span<const int32_t> generated, std::span<float> logits) const;
+};
+
+// Log probabilities of the distribution a request samples from: log-softmax of logits / T (T the
+// temperature, 1 when greedy) after logit_bias, penalties and the constraint's mask, before
+// top-k / top-p truncation.
+struct TokenLogprobs {
+  float logprob = 0;                               // of the chosen token
+  std::vector<std::pair<int32_t, float>> top;      // the k most likely, most likely first
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, float temperature, int32_t chosen, int k);
 
 // One token choice handed to whoever selects the token (the host, or a model runner that selects
 // on the device): the request's parameters and, for sampling, the uniform draw in [0, 1) that the
@@ -36,6 +56,7 @@ class Sampler {
   // The choice for the next token: the parameters and, unless greedy, the next draw (this advances
   // the generator exactly as sample() would).
   TokenChoice next_choice();
+  const SamplingParams& params() const { return p_; }
   // Temperature, top-k, top-p sampling with the uniform draw u in [0, 1).
   static int32_t sample_from(std::span<const float> logits, const SamplingParams& p, double u);
 

@@ -24,6 +24,10 @@ struct Sequence {
   std::vector<int32_t> stop_tokens;
   std::unique_ptr<Sampler> sampler;
   std::shared_ptr<class TokenConstraint> constraint;
+  LogitAdjust adjust;
+  int logprobs = -1;  // -1: none; k >= 0: the chosen token's log probability and the top k
+  // Whether the logits must come to the host (anything beyond plain selection).
+  bool needs_logits() const { return constraint || !adjust.empty() || logprobs >= 0; }
   int generated() const { return int(tokens.size()) - prompt_len; }
 };
 

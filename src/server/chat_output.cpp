@@ -17,6 +17,7 @@ ChatOutputBuilder::ChatOutputBuilder(const harmony::Tokenizer& tok, std::set<std
 
 std::vector<json> ChatOutputBuilder::push(int32_t token) {
   std::vector<json> out;
+  last_was_content_ = false;
   if (stop_.stopped()) return out;
   const bool in_reasoning = route_ == Route::Reasoning && parser_.current().has_value();
   for (auto& e : parser_.push(token)) handle(e, out);
@@ -67,6 +68,7 @@ void ChatOutputBuilder::handle(const harmony::ParserEvent& e, std::vector<json>&
         reasoning_ += e.text;
         out.push_back({{"reasoning_content", e.text}, {"reasoning", e.text}});
       } else if (route_ == Route::Content) {
+        last_was_content_ = true;
         emit_content(e.text, false, out);
       } else if (route_ == Route::ToolCall) {
         json& call = tool_calls_.back();

@@ -26,6 +26,8 @@ class ChatOutputBuilder {
   std::vector<json> push(int32_t token);
   std::vector<json> finish();  // end of generation (flushes held text and an unfinished message)
   bool stopped() const { return stop_.stopped(); }
+  // Whether the last pushed token was content of the answer (what chat logprobs cover).
+  bool last_was_content() const { return last_was_content_; }
 
   // The non-streaming message, the finish reason given the engine's, and token counts.
   json message() const;
@@ -45,6 +47,7 @@ class ChatOutputBuilder {
   std::string reasoning_, content_;
   json tool_calls_ = json::array();
   int reasoning_tokens_ = 0;
+  bool last_was_content_ = false;
 };
 
 std::string new_id(const char* prefix);  // prefix + 24 random hex digits

@@ -14,7 +14,8 @@
 #include "harmony/renderer.h"
 #include "server/chat_output.h"
 #include "server/request_json.h"
-#include "server/tool_choice.h"
+#include "server/responses_api.h"
+#include "server/structured_output.h"
 
 namespace osprey::server {
 
@@ -117,7 +118,11 @@ struct OpenAiServer::Impl {
   ServerConfig cfg;
   httplib::Server http;
 
-  Impl(Engine& e, const harmony::Tokenizer& t, ServerConfig c) : engine(e), tok(t), cfg(std::move(c)) {}
+  GrammarRegistry grammars;
+  StructuredSettings structured;
+
+  Impl(Engine& e, const harmony::Tokenizer& t, ServerConfig c)
+      : engine(e), tok(t), cfg(std::move(c)), grammars(t), structured{cfg.reasoning_budget} {}
 
   // ------------------------------------------------------------------ admission
   // Every generation request holds a ticket from its handler's first line to its last byte
@@ -253,33 +258,81 @@ struct OpenAiServer::Impl {
     if (n < 1 || n > engine.config().max_batch)
       throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
                      "invalid_request_error", "n");
-    if (n > 1 && get_field<bool>(b, "stream", false))
-      throw ApiError(400, "'n' > 1 is not supported with stream yet", "invalid_request_error", "n");
     refuse_unhonoured(b);
     return b;
   }
 
-  // Fields osprey does not honour yet are refused with a 400 naming them, never ignored. Their
-  // neutral values (logprobs false, penalties 0, an empty logit_bias, response_format text) pass.
+  // Fields osprey does not honour are refused with a 400 naming them, never ignored. Their
+  // neutral values (echo false, best_of 1, an empty suffix) pass.
   static void refuse_unhonoured(const json& b) {
     auto given = [&](const char* key) -> const json* {
       auto it = b.find(key);
       return it == b.end() || it->is_null() ? nullptr : &*it;
     };
     auto refuse = [](const char* key, const std::string& why) {
-      throw ApiError(400, fmt::format("'{}' is not supported yet: {}", key, why), "invalid_request_error", key);
+      throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), "invalid_request_error", key);
     };
-    if (const json* v = given("logprobs"); v && !(*v == false || *v == 0)) refuse("logprobs", "log probabilities are not returned");
-    if (const json* v = given("top_logprobs"); v && *v != 0) refuse("top_logprobs", "log probabilities are not returned");
-    if (const json* v = given("response_format"); v && !(v->is_object() && v->value("type", json()) == "text"))
-      refuse("response_format", "structured outputs (json_object, json_schema) are not constrained yet; omit it or use {\"type\": \"text\"}");
-    for (const char* key : {"presence_penalty", "frequency_penalty"})
-      if (const json* v = given(key); v && !(v->is_number() && v->get<double>() == 0.0)) refuse(key, "only 0 is supported");
-    if (const json* v = given("logit_bias"); v && !(v->is_object() && v->empty())) refuse("logit_bias", "only an empty map is supported");
     if (const json* v = given("echo"); v && *v != false) refuse("echo", "the prompt is not echoed");
     if (const json* v = given("best_of"); v && *v != 1) refuse("best_of", "only 1 is supported");
     if (const json* v = given("suffix"); v && !(v->is_string() && v->get_ref<const std::string&>().empty()))
       refuse("suffix", "insertion is not supported");
+    if (const json* v = given("parallel_tool_calls"); v && !v->is_boolean())
+      throw ApiError(400, "'parallel_tool_calls' must be a boolean", "invalid_request_error", "parallel_tool_calls");
+  }
+
+  // logit_bias, presence_penalty, frequency_penalty.
+  static LogitAdjust logit_adjust(const json& b, int vocab) {
+    LogitAdjust a;
+    a.presence = float(get_field<double>(b, "presence_penalty", 0.0));
+    a.frequency = float(get_field<double>(b, "frequency_penalty", 0.0));
+    for (auto [key, v] : {std::pair{"presence_penalty", a.presence}, std::pair{"frequency_penalty", a.frequency}})
+      if (!(v >= -2 && v <= 2)) throw ApiError(400, fmt::format("'{}' must be between -2 and 2", key), "invalid_request_error", key);
+    if (auto lb = b.find("logit_bias"); lb != b.end() && !lb->is_null()) {
+      if (!lb->is_object()) throw ApiError(400, "'logit_bias' must map token ids to biases", "invalid_request_error", "logit_bias");
+      if (lb->size() > 1024) throw ApiError(400, "'logit_bias' holds at most 1024 tokens", "invalid_request_error", "logit_bias");
+      for (auto it = lb->begin(); it != lb->end(); ++it) {
+        char* end = nullptr;
+        const long id = std::strtol(it.key().c_str(), &end, 10);
+        if (it.key().empty() || *end || id < 0 || id >= vocab)
+          throw ApiError(400, fmt::format("logit_bias key '{}' is not a token id in [0, {})", it.key(), vocab),
+                         "invalid_request_error", "logit_bias");
+        if (!it.value().is_number() || !(it.value().get<double>() >= -100 && it.value().get<double>() <= 100))
+          throw ApiError(400, fmt::format("logit_bias[{}] must be a number between -100 and 100", it.key()),
+                         "invalid_request_error", "logit_bias");
+        a.bias.push_back({int32_t(id), float(it.value().get<double>())});
+      }
+    }
+    return a;
+  }
+
+  // chat: logprobs true with top_logprobs 0..20; completions: logprobs k in 0..20. -1: none.
+  static int logprobs_of(const json& b, bool chat) {
+    if (chat) {
+      const bool on = get_field<bool>(b, "logprobs", false);
+      const int64_t top = get_field<int64_t>(b, "top_logprobs", -1);
+      if (top >= 0 && !on) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request_error", "top_logprobs");
+      if (top > 20) throw ApiError(400, "'top_logprobs' must be between 0 and 20", "invalid_request_error", "top_logprobs");
+      return on ? int(std::max<int64_t>(top, 0)) : -1;
+    }
+    auto it = b.find("logprobs");
+    if (it == b.end() || it->is_null()) return -1;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 20)
+      throw ApiError(400, "'logprobs' must be an integer between 0 and 20", "invalid_request_error", "logprobs");
+    return int(it->get<int64_t>());
+  }
+
+  // One token's chat logprob entry: token text, logprob, bytes, and the alternatives.
+  json logprob_entry(int32_t t, float lp, const std::vector<std::pair<int32_t, float>>* top) const {
+    const std::string_view bytes = tok.token_bytes(t);
+    json bs = json::array();
+    for (unsigned char c : bytes) bs.push_back(int(c));
+    json e = {{"token", std::string(bytes)}, {"logprob", lp}, {"bytes", bs}};
+    if (top) {
+      json alts = json::array();
+      for (auto [a, alp] : *top) alts.push_back(logprob_entry(a, alp, nullptr));
+      e["top_logprobs"] = alts;
+    }
+    return e;
   }
 
   GenerationRequest generation(const json& b, std::vector<int32_t> prompt, bool chat) {
@@ -308,6 +361,8 @@ struct OpenAiServer::Impl {
     if (!(g.sampling.top_p > 0 && g.sampling.top_p <= 1))
       throw ApiError(400, "'top_p' must be in (0, 1]", "invalid_request_error", "top_p");
     if (g.sampling.top_k < 0) throw ApiError(400, "'top_k' must be >= 0", "invalid_request_error", "top_k");
+    g.adjust = logit_adjust(b, engine.model_config().vocab);
+    g.logprobs = logprobs_of(b, chat);
     if (!get_field<bool>(b, "ignore_eos", false)) {
       // <|return|> and <|call|> end an answer; never <|end|>, which only ends a message.
       g.stop_tokens = {harmony::kReturn, harmony::kCall};
@@ -345,126 +400,186 @@ struct OpenAiServer::Impl {
     } catch (const Error& e) {
       throw ApiError(400, e.what(), "invalid_request_error", field_of(e.what(), "messages"));
     }
+    run_chat(b, conv, res, ticket);
+  }
+
+  // A chat request's conversation rendered, constrained and submitted (n choices).
+  struct Prepared {
     std::set<std::string> declared;
+    std::vector<std::string> stops;
+    int prompt_len = 0, n = 1;
+    bool want_logprobs = false;
+    Handles handles;
+  };
+  Prepared prepare_chat(const json& b, const std::vector<harmony::Message>& conv, Ticket& ticket) {
+    Prepared p;
     for (auto& m : conv)
       if (auto* d = std::get_if<harmony::DeveloperContent>(&m.content))
         if (auto it = d->tools.find("functions"); it != d->tools.end())
-          for (auto& t : it->second.tools) declared.insert(t.name);
+          for (auto& t : it->second.tools) p.declared.insert(t.name);
+    const std::set<std::string>& declared = p.declared;
     if (auto tc = b.find("tool_choice"); tc != b.end() && tc->is_object()) {
       auto fn = tc->find("function");
       if (fn == tc->end() || !fn->is_object() || !fn->contains("name") || !declared.count((*fn)["name"].get<std::string>()))
         throw ApiError(400, "tool_choice names a function that is not in 'tools'", "invalid_request_error", "tool_choice");
     }
-    std::vector<int32_t> prompt = harmony::Renderer(tok).render_for_completion(conv, {.auto_drop_analysis = false});
-    // tool_choice "required" or a named function is enforced while decoding, not only asked for.
-    // One constraint per choice: it follows its own sequence's tokens.
-    std::function<std::shared_ptr<TokenConstraint>()> constraint;
-    if (auto tc = b.find("tool_choice"); tc != b.end() && !declared.empty()) {
-      std::vector<std::string> names;
-      if (tc->is_object()) names = {(*tc)["function"]["name"].get<std::string>()};
-      else if (*tc == "required") names.assign(declared.begin(), declared.end());
-      if (!names.empty()) constraint = [this, names] { return std::make_shared<ToolChoiceConstraint>(tok, names); };
-    }
     if (auto tc = b.find("tool_choice"); tc != b.end() && *tc == "required" && declared.empty())
       throw ApiError(400, "tool_choice 'required' needs at least one tool", "invalid_request_error", "tool_choice");
-    const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
+    std::vector<int32_t> prompt = harmony::Renderer(tok).render_for_completion(conv, {.auto_drop_analysis = false});
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/true);
-    const int prompt_len = int(g.prompt.size()), n = int(get_field<int64_t>(b, "n", 1));
-    const std::vector<std::string> stops = stop_strings(b);
-    std::vector<std::shared_ptr<ChatOutputBuilder>> builders;
-    for (int i = 0; i < n; ++i) builders.push_back(std::make_shared<ChatOutputBuilder>(tok, declared, stops));
-    const Handles handles = submit_choices(std::move(g), n, *ticket, constraint);
+    // Structured outputs, forced calls and the reasoning budget are enforced while decoding. One
+    // constraint per choice: it follows its own sequence's tokens.
+    std::function<std::shared_ptr<TokenConstraint>()> constraint;
+    try {
+      if (auto spec = structured_spec(b, declared, grammars, structured, g.max_tokens))
+        constraint = [this, spec = *spec] { return std::make_shared<HarmonyConstraint>(tok, spec); };
+    } catch (const FieldError& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", e.param);
+    }
+    p.prompt_len = int(g.prompt.size());
+    p.n = int(get_field<int64_t>(b, "n", 1));
+    p.want_logprobs = g.logprobs >= 0;
+    p.stops = stop_strings(b);
+    p.handles = submit_choices(std::move(g), p.n, ticket, constraint);
+    return p;
+  }
+
+  // The rendered conversation of a chat request, generated and answered in chat.completion form.
+  void run_chat(const json& b, const std::vector<harmony::Message>& conv, httplib::Response& res,
+                std::shared_ptr<Ticket> ticket) {
+    const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
+    Prepared p = prepare_chat(b, conv, *ticket);
+    const std::set<std::string>& declared = p.declared;
+    const int prompt_len = p.prompt_len, n = p.n;
+    const bool want_logprobs = p.want_logprobs;
+    const std::vector<std::string>& stops = p.stops;
+    const Handles handles = p.handles;
+    struct Choice {
+      std::shared_ptr<ChatOutputBuilder> builder;
+      json logprobs = json::array();
+      int completion = 0;
+      std::string reason = "stop";
+    };
+    auto choices = std::make_shared<std::vector<Choice>>();
+    for (int i = 0; i < n; ++i) choices->push_back({std::make_shared<ChatOutputBuilder>(tok, declared, stops)});
     const Envelope env{new_id("chatcmpl-"), cfg.model_id, unix_now()};
+    // One token event of choice i: its deltas, and its logprob entry when it was answer content.
+    auto on_token = [this, choices, want_logprobs](size_t i, const TokenEvent& ev, json* lp_out) {
+      Choice& c = (*choices)[i];
+      std::vector<json> deltas;
+      if (ev.token >= 0) {
+        ++c.completion;
+        deltas = c.builder->push(ev.token);
+        if (want_logprobs && ev.logprobs && c.builder->last_was_content()) {
+          json e = logprob_entry(ev.token, ev.logprobs->logprob, &ev.logprobs->top);
+          c.logprobs.push_back(e);
+          if (lp_out) *lp_out = e;
+        }
+      }
+      if (ev.finish != FinishReason::None) c.reason = finish_reason_name(ev.finish);
+      return deltas;
+    };
+    auto total_usage = [choices, prompt_len] {
+      int completion = 0, reasoning = 0;
+      for (const Choice& c : *choices) completion += c.completion, reasoning += c.builder->reasoning_tokens();
+      return usage(prompt_len, completion, reasoning);
+    };
 
     if (!stream) {
-      struct Tally {
-        int completion = 0;
-        std::string reason = "stop";
-      };
-      auto tallies = std::make_shared<std::vector<Tally>>(n);
       answer_when_done(
           res, handles, ticket,
           [=](size_t i, const TokenEvent& ev) {
-            Tally& t = (*tallies)[i];
-            if (ev.token >= 0) {
-              ++t.completion;
-              builders[i]->push(ev.token);
-              if (builders[i]->stopped()) handles[i]->cancel();
-            }
-            if (ev.finish != FinishReason::None) t.reason = finish_reason_name(ev.finish);
+            on_token(i, ev, nullptr);
+            if ((*choices)[i].builder->stopped()) handles[i]->cancel();
           },
           [=] {
-            json choices = json::array();
-            int completion = 0, reasoning = 0;
+            json out_choices = json::array();
             for (int i = 0; i < n; ++i) {
-              builders[i]->finish();
-              choices.push_back({{"index", i}, {"message", builders[i]->message()}, {"logprobs", nullptr},
-                                 {"finish_reason", builders[i]->finish_reason((*tallies)[i].reason)}});
-              completion += (*tallies)[i].completion, reasoning += builders[i]->reasoning_tokens();
+              Choice& c = (*choices)[size_t(i)];
+              c.builder->finish();
+              out_choices.push_back({{"index", i}, {"message", c.builder->message()},
+                                     {"logprobs", want_logprobs ? json{{"content", c.logprobs}} : json()},
+                                     {"finish_reason", c.builder->finish_reason(c.reason)}});
             }
-            json out = env.make("chat.completion", choices);
-            out["usage"] = usage(prompt_len, completion, reasoning);
+            json out = env.make("chat.completion", out_choices);
+            out["usage"] = total_usage();
             return out;
           });
       return;
     }
-    const auto builder = builders[0];
-    const auto handle = handles[0];
+    // Streaming: the choices one after another (each chunk names its index); all of them run in
+    // the same batch, so a later choice's events are already waiting when its turn comes.
     struct State {
+      size_t cur = 0;
       bool sent_role = false;
-      int completion = 0;
     };
     auto st = std::make_shared<State>();
-    auto chunk = [env](const json& delta, const json& finish) {
+    auto chunk = [env](size_t index, const json& delta, const json& finish, const json& logprobs) {
       return sse(env.make("chat.completion.chunk",
-                          json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})));
+                          json::array({{{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}}})));
     };
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
         [=, this](size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          const size_t i = st->cur;
+          const auto& handle = handles[i];
+          Choice& c = (*choices)[i];
           if (!st->sent_role) {
             st->sent_role = true;
-            if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return client_left(*handle);
+            if (!send(chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return client_left(*handle);
           }
           TokenEvent ev;
           if (!handle->next(ev)) return false;
           if (ev.token >= 0) {
-            ++st->completion;
-            const std::vector<json> deltas = builder->push(ev.token);
-            for (auto& d : deltas)
-              if (!send(chunk(d, nullptr))) return client_left(*handle);
+            json lp;
+            const std::vector<json> deltas = on_token(i, ev, want_logprobs ? &lp : nullptr);
+            for (size_t k = 0; k < deltas.size(); ++k) {
+              const json lpj = want_logprobs && k == 0 && !lp.is_null() ? json{{"content", json::array({lp})}} : json();
+              if (!send(chunk(i, deltas[k], nullptr, lpj))) return client_left(*handle);
+            }
             // A token that gives no delta yet (a tool call's name, held-back text) still probes the
             // connection with an SSE comment, so a client that left is noticed now.
             if (deltas.empty() && !send(kSseKeepAlive)) return client_left(*handle);
-            if (builder->stopped()) handle->cancel();
+            if (c.builder->stopped()) handle->cancel();
+          } else if (ev.finish != FinishReason::None) {
+            on_token(i, ev, nullptr);
           }
           if (ev.finish != FinishReason::None) {
-            for (auto& d : builder->finish())
-              if (!send(chunk(d, nullptr))) return false;
+            for (auto& d : c.builder->finish())
+              if (!send(chunk(i, d, nullptr, nullptr))) return false;
             if (ev.finish == FinishReason::Error) {
               send(sse(error_body("generation failed: " + ev.error, "server_error", "", "")));
-            } else {
-              send(chunk(json::object(), builder->finish_reason(finish_reason_name(ev.finish))));
-              if (include_usage) {
-                json u = env.make("chat.completion.chunk", json::array());
-                u["usage"] = usage(prompt_len, st->completion, builder->reasoning_tokens());
-                send(sse(u));
-              }
+              send(kSseDone);
+              sink.done();
+              return true;
+            }
+            send(chunk(i, json::object(), c.builder->finish_reason(finish_reason_name(ev.finish)), nullptr));
+            if (++st->cur < size_t(n)) {
+              st->sent_role = false;
+              return true;
+            }
+            if (include_usage) {
+              json u = env.make("chat.completion.chunk", json::array());
+              u["usage"] = total_usage();
+              send(sse(u));
             }
             send(kSseDone);
             sink.done();
           }
           return true;
         },
-        [handle, ticket](bool) { handle->cancel(); });  // a finished request ignores it; a dropped client frees its blocks
+        [handles, ticket](bool) { cancel_all(handles); });  // a finished request ignores it; a dropped client frees its blocks
   }
 
   // ------------------------------------------------------------------ completions
   void completions(const httplib::Request& req, httplib::Response& res) {
     auto ticket = admit();
     json b = parse_body(req);
+    if (auto rf = b.find("response_format"); rf != b.end() && !rf->is_null() && !(rf->is_object() && rf->value("type", json()) == "text"))
+      throw ApiError(400, "'response_format' applies to chat completions and responses, not to raw completions",
+                     "invalid_request_error", "response_format");
     auto p = b.find("prompt");
     if (p == b.end()) throw ApiError(400, "'prompt' is required", "invalid_request_error", "prompt");
     std::vector<int32_t> prompt;
@@ -493,74 +608,103 @@ struct OpenAiServer::Impl {
     const bool stream = get_field<bool>(b, "stream", false), include_usage = wants_usage(b);
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/false);
     const int prompt_len = int(g.prompt.size()), n = int(get_field<int64_t>(b, "n", 1));
+    const bool want_logprobs = g.logprobs >= 0;
     const std::vector<std::string> stops = stop_strings(b);  // checked before anything runs
     const Handles handles = submit_choices(std::move(g), n, *ticket, nullptr);
     const Envelope env{new_id("cmpl-"), cfg.model_id, unix_now()};
-    auto choice = [](int index, const std::string& text, const json& finish) {
-      return json{{"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    };
-    // Per choice: its text as it decodes, cut at the stop strings.
+    // Per choice: its text as it decodes, cut at the stop strings, and its logprobs (OpenAI's
+    // completions form: parallel arrays).
     struct Text {
       harmony::Utf8StreamDecoder utf8;
       StopStringFilter stops;
       std::string text, reason = "stop";
       int completion = 0;
-      // The text an event adds (at the end, the held-back tail too).
-      std::string push(const harmony::Tokenizer& tok, const TokenEvent& ev) {
-        std::string t;
-        if (ev.token >= 0 && !stops.stopped()) {
-          ++completion;
-          t = stops.push(utf8.push(tok.token_bytes(ev.token)));
-        }
-        if (ev.finish != FinishReason::None) {
-          t += stops.push(utf8.flush());
-          t += stops.flush();
-          reason = stops.stopped() ? "stop" : finish_reason_name(ev.finish);
-        }
-        text += t;
-        return t;
-      }
+      json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+           text_offset = json::array();
     };
     auto texts = std::make_shared<std::vector<Text>>();
-    for (int i = 0; i < n; ++i) texts->push_back(Text{{}, StopStringFilter(stops), {}, "stop", 0});
+    for (int i = 0; i < n; ++i) texts->push_back(Text{{}, StopStringFilter(stops)});
+    // The text an event adds to choice i (at the end, the held-back tail too); its logprobs
+    // arrays grow by the token (lp: this event's arrays, for a stream chunk).
+    auto push = [this, texts, want_logprobs](size_t i, const TokenEvent& ev, json* lp) {
+      Text& t = (*texts)[i];
+      std::string piece;
+      if (ev.token >= 0 && !t.stops.stopped()) {
+        ++t.completion;
+        piece = t.stops.push(t.utf8.push(tok.token_bytes(ev.token)));
+        if (want_logprobs && ev.logprobs) {
+          json top = json::object();
+          for (auto [a, alp] : ev.logprobs->top) top[std::string(tok.token_bytes(a))] = alp;
+          const std::string token(tok.token_bytes(ev.token));
+          t.tokens.push_back(token), t.token_logprobs.push_back(ev.logprobs->logprob), t.top_logprobs.push_back(top);
+          t.text_offset.push_back(t.text.size());
+          if (lp)
+            *lp = {{"tokens", {token}}, {"token_logprobs", {ev.logprobs->logprob}}, {"top_logprobs", {top}},
+                   {"text_offset", {t.text.size()}}};
+        }
+      }
+      if (ev.finish != FinishReason::None) {
+        piece += t.stops.push(t.utf8.flush());
+        piece += t.stops.flush();
+        t.reason = t.stops.stopped() ? "stop" : finish_reason_name(ev.finish);
+      }
+      t.text += piece;
+      return piece;
+    };
+    auto logprobs_of_choice = [want_logprobs](const Text& t) {
+      return want_logprobs ? json{{"tokens", t.tokens}, {"token_logprobs", t.token_logprobs},
+                                  {"top_logprobs", t.top_logprobs}, {"text_offset", t.text_offset}}
+                           : json();
+    };
+    auto choice = [](size_t index, const std::string& text, const json& finish, const json& logprobs) {
+      return json{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
+    };
+    auto total_completion = [texts] {
+      int c = 0;
+      for (const Text& t : *texts) c += t.completion;
+      return c;
+    };
     if (!stream) {
       answer_when_done(
           res, handles, ticket,
-          [=, this](size_t i, const TokenEvent& ev) {
-            (*texts)[i].push(tok, ev);
+          [=](size_t i, const TokenEvent& ev) {
+            push(i, ev, nullptr);
             if ((*texts)[i].stops.stopped()) handles[i]->cancel();
           },
           [=] {
             json choices = json::array();
-            int completion = 0;
-            for (int i = 0; i < n; ++i) {
-              choices.push_back(choice(i, (*texts)[i].text, (*texts)[i].reason));
-              completion += (*texts)[i].completion;
+            for (size_t i = 0; i < size_t(n); ++i) {
+              const Text& t = (*texts)[i];
+              choices.push_back(choice(i, t.text, t.reason, logprobs_of_choice(t)));
             }
             json out = env.make("text_completion", choices);
-            out["usage"] = usage(prompt_len, completion, 0);
+            out["usage"] = usage(prompt_len, total_completion(), 0);
             return out;
           });
       return;
     }
-    const auto handle = handles[0];
+    auto cur = std::make_shared<size_t>(0);  // streamed one choice after another
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
         [=, this](size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-          Text& t = (*texts)[0];
+          const size_t i = *cur;
+          const auto& handle = handles[i];
           TokenEvent ev;
           if (!handle->next(ev)) return false;
           const bool last = ev.finish != FinishReason::None;
-          const std::string piece = t.push(tok, ev);
-          if (!send(sse(env.make("text_completion", json::array({choice(0, piece, last ? json(t.reason) : json())})))))
+          json lp;
+          const std::string piece = push(i, ev, want_logprobs ? &lp : nullptr);
+          const Text& t = (*texts)[i];
+          if (!send(sse(env.make("text_completion", json::array({choice(i, piece, last ? json(t.reason) : json(), lp)})))))
             return client_left(*handle);
           if (t.stops.stopped()) handle->cancel();
           if (last) {
+            if (++*cur < size_t(n)) return true;
             if (include_usage) {
               json u = env.make("text_completion", json::array());
-              u["usage"] = usage(prompt_len, t.completion, 0);
+              u["usage"] = usage(prompt_len, total_completion(), 0);
               send(sse(u));
             }
             send(kSseDone);
@@ -568,7 +712,162 @@ struct OpenAiServer::Impl {
           }
           return true;
         },
+        [handles, ticket](bool) { cancel_all(handles); });
+  }
+
+  // ------------------------------------------------------------------ responses
+  ResponseStore store{cfg.max_stored_responses};
+
+  // The response object of a Responses request (the request's settings echoed, as OpenAI does).
+  json response_object(const json& b, const std::string& id, int64_t created, const std::string& status,
+                       const json& output, const json& usage_obj, const json& incomplete) const {
+    auto or_default = [&](const char* k, json d) { return b.contains(k) && !b[k].is_null() ? b[k] : d; };
+    json reasoning = {{"effort", b.contains("reasoning") && b["reasoning"].is_object() ? b["reasoning"].value("effort", json("medium")) : json("medium")},
+                      {"summary", nullptr}};
+    json text = {{"format", b.contains("text") && b["text"].is_object() && b["text"].contains("format") ? b["text"]["format"]
+                                                                                                          : json{{"type", "text"}}}};
+    return {{"id", id}, {"object", "response"}, {"created_at", created}, {"status", status}, {"error", nullptr},
+            {"incomplete_details", incomplete}, {"instructions", or_default("instructions", nullptr)},
+            {"max_output_tokens", or_default("max_output_tokens", nullptr)}, {"model", cfg.model_id}, {"output", output},
+            {"parallel_tool_calls", or_default("parallel_tool_calls", true)},
+            {"previous_response_id", or_default("previous_response_id", nullptr)}, {"reasoning", reasoning},
+            {"store", or_default("store", true)}, {"temperature", or_default("temperature", 1.0)}, {"text", text},
+            {"tool_choice", or_default("tool_choice", "auto")}, {"tools", or_default("tools", json::array())},
+            {"top_p", or_default("top_p", 1.0)}, {"truncation", "disabled"}, {"usage", usage_obj},
+            {"user", or_default("user", nullptr)}, {"metadata", or_default("metadata", json::object())}};
+  }
+
+  void responses(const httplib::Request& req, httplib::Response& res) {
+    auto ticket = admit();
+    json b = parse_body(req);
+    json history = json::array();
+    if (auto prev = b.find("previous_response_id"); prev != b.end() && !prev->is_null()) {
+      if (!prev->is_string()) throw ApiError(400, "'previous_response_id' must be a string", "invalid_request_error", "previous_response_id");
+      auto e = store.get(prev->get<std::string>());
+      if (!e)
+        throw ApiError(404, fmt::format("Previous response with id '{}' not found (the store keeps the last {})",
+                                        prev->get<std::string>(), store.capacity()),
+                       "invalid_request_error", "previous_response_id", "previous_response_not_found");
+      history = e->messages;
+    }
+    if (auto m = b.find("metadata"); m != b.end() && !m->is_null() && !m->is_object())
+      throw ApiError(400, "'metadata' must be an object", "invalid_request_error", "metadata");
+    json chat, messages;
+    try {
+      chat = chat_request_from_responses(b, history, messages);
+    } catch (const FieldError& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", e.param);
+    }
+    std::vector<harmony::Message> conv;
+    try {
+      conv = harmony::conversation_from_chat_request(
+          chat, {.current_date = harmony::today_utc(), .max_prompt_bytes = size_t(engine.config().max_seq_len) * kMaxBytesPerToken});
+    } catch (const harmony::PromptTooLong& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", "input", "context_length_exceeded");
+    } catch (const Error& e) {
+      const std::string f = field_of(e.what(), "input");
+      throw ApiError(400, e.what(), "invalid_request_error", f == "messages" ? "input" : f);
+    }
+    Prepared p = prepare_chat(chat, conv, *ticket);
+    const bool stream = get_field<bool>(b, "stream", false), keep = get_field<bool>(b, "store", true);
+    const std::string id = new_id("resp_");
+    const int64_t created = unix_now();
+    auto out = std::make_shared<ResponsesOutput>(tok, p.declared);
+    struct Tally {
+      int completion = 0;
+      FinishReason finish = FinishReason::None;
+      std::string error;
+      uint64_t seq = 0;  // stream events' sequence_number
+    };
+    auto tally = std::make_shared<Tally>();
+    const int prompt_len = p.prompt_len;
+    // The finished response (stored unless store is false).
+    auto final_object = [=, this] {
+      const bool incomplete = tally->finish == FinishReason::Length;
+      json u = {{"input_tokens", prompt_len}, {"input_tokens_details", {{"cached_tokens", 0}}},
+                {"output_tokens", tally->completion},
+                {"output_tokens_details", {{"reasoning_tokens", out->reasoning_tokens()}}},
+                {"total_tokens", prompt_len + tally->completion}};
+      json r = response_object(b, id, created, incomplete ? "incomplete" : "completed", out->items(), u,
+                               incomplete ? json{{"reason", "max_output_tokens"}} : json());
+      if (keep) {
+        json conversation = messages;
+        for (const json& m : out->messages()) conversation.push_back(m);
+        store.put(id, {r, conversation});
+      }
+      return r;
+    };
+    const auto handle = p.handles[0];
+    if (!stream) {
+      answer_when_done(
+          res, p.handles, ticket,
+          [=](size_t, const TokenEvent& ev) {
+            if (ev.token >= 0) ++tally->completion, out->push(ev.token);
+            if (ev.finish != FinishReason::None) tally->finish = ev.finish;
+          },
+          [=] {
+            out->finish();
+            return final_object();
+          });
+      return;
+    }
+    auto event = [tally](json e) {
+      e["sequence_number"] = tally->seq++;
+      return "event: " + e["type"].get<std::string>() + "\ndata: " + dump(e) + "\n\n";
+    };
+    auto started = std::make_shared<bool>(false);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=, this](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          if (!*started) {
+            *started = true;
+            const json r = response_object(b, id, created, "in_progress", json::array(), nullptr, nullptr);
+            if (!send(event({{"type", "response.created"}, {"response", r}})) ||
+                !send(event({{"type", "response.in_progress"}, {"response", r}})))
+              return client_left(*handle);
+          }
+          TokenEvent ev;
+          if (!handle->next(ev)) return false;
+          std::vector<json> evs;
+          if (ev.token >= 0) {
+            ++tally->completion;
+            evs = out->push(ev.token);
+            if (evs.empty() && !send(kSseKeepAlive)) return client_left(*handle);
+          }
+          for (json& e : evs)
+            if (!send(event(std::move(e)))) return client_left(*handle);
+          if (ev.finish != FinishReason::None) {
+            tally->finish = ev.finish;
+            for (json& e : out->finish()) send(event(std::move(e)));
+            if (ev.finish == FinishReason::Error) {
+              json r = response_object(b, id, created, "failed", out->items(), nullptr, nullptr);
+              r["error"] = {{"code", "server_error"}, {"message", "generation failed: " + ev.error}};
+              send(event({{"type", "response.failed"}, {"response", r}}));
+            } else {
+              const json r = final_object();
+              send(event({{"type", r["status"] == "completed" ? "response.completed" : "response.incomplete"}, {"response", r}}));
+            }
+            sink.done();
+          }
+          return true;
+        },
         [handle, ticket](bool) { handle->cancel(); });
+  }
+
+  void get_response(const httplib::Request& req, httplib::Response& res) {
+    const std::string rid = req.matches[1];
+    auto e = store.get(rid);
+    if (!e) throw ApiError(404, fmt::format("No response with id '{}' (the store keeps the last {})", rid, store.capacity()),
+                           "invalid_request_error", "response_id", "not_found");
+    res.set_content(dump(e->response), "application/json");
+  }
+
+  void delete_response(const httplib::Request& req, httplib::Response& res) {
+    const std::string rid = req.matches[1];
+    if (!store.erase(rid)) throw ApiError(404, fmt::format("No response with id '{}'", rid), "invalid_request_error", "response_id", "not_found");
+    res.set_content(dump(json{{"id", rid}, {"object", "response.deleted"}, {"deleted", true}}), "application/json");
   }
 
   // ------------------------------------------------------------------ metrics
@@ -657,12 +956,27 @@ struct OpenAiServer::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      json m = {{"object", "list"},
-                {"data", json::array({{{"id", cfg.model_id}, {"object", "model"}, {"created", unix_now()},
-                                       {"owned_by", "osprey"}, {"max_model_len", engine.config().max_seq_len}}})}};
-      res.set_content(dump(m), "application/json");
+    auto model_card = [this] {
+      return json{{"id", cfg.model_id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "osprey"},
+                  {"max_model_len", engine.config().max_seq_len}, {"context_length", engine.config().max_seq_len}};
+    };
+    http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
     });
+    http.Get(R"(/v1/models/(.+))", [this, model_card](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] != cfg.model_id) {
+        res.status = 404;
+        res.set_content(dump(error_body(fmt::format("The model '{}' does not exist; this server serves '{}'",
+                                                    std::string(req.matches[1]), cfg.model_id),
+                                        "invalid_request_error", "model", "model_not_found")),
+                        "application/json");
+        return;
+      }
+      res.set_content(dump(model_card()), "application/json");
+    });
+    http.Post("/v1/responses", guarded(&Impl::responses));
+    http.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", guarded(&Impl::get_response));
+    http.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", guarded(&Impl::delete_response));
     http.Post("/v1/chat/completions", guarded(&Impl::chat));
     http.Post("/v1/completions", guarded(&Impl::completions));
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

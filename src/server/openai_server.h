@@ -14,12 +14,14 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string model_id;          // the name /v1/models lists and requests must use
-  size_t max_body_bytes = 8 << 20;
   // HTTP worker threads. cpp-httplib gives each connection a thread while it reads and answers
   // it, so the pool holds every admitted request (max_batch running + max_queue waiting) with room
   // to spare for /health, /metrics and slow clients, which a 5 s read timeout lets go.
+  size_t max_body_bytes = 8 << 20;
   int http_threads = 0;          // 0: max_batch + max_queue + 64
   int read_timeout_s = 5;        // per read of headers or body; also the keep-alive idle limit
+  int reasoning_budget = 1024;   // analysis tokens of a constrained request (it may override)
+  size_t max_stored_responses = 1024;  // /v1/responses kept for previous_response_id and GET (LRU)
 };
 
 class OpenAiServer {
