@@ -182,8 +182,8 @@ await test("bad requests get OpenAI-style 4xx errors and the server keeps servin
     const j = await r.json();
     assert(r.status === 400 && j.error && typeof j.error.message === "string", `${body}: ${r.status} ${JSON.stringify(j)}`);
   }
-  const big = await fetch(`${main.base}/v1/chat/completions`, { method: "POST", body: "x".repeat(9 << 20) });
-  assert(big.status === 413, `oversized body: ${big.status}`);
+  // (An oversized body's 413 is checked in test_hostile.mjs over a raw socket: a fetch that is
+  // still uploading when the server answers and closes can see a reset instead of the answer.)
   const nf = await fetch(`${main.base}/v2/nothing`);
   assert(nf.status === 404 && (await nf.json()).error);
   assert((await fetch(`${main.base}/health`)).ok);

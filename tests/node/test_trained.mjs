@@ -127,4 +127,30 @@ await test("tool call, streamed: the deltas reassemble to get_weather for Paris"
   assert(s.finish === "tool_calls", `finish_reason ${s.finish}`);
 });
 
+// The Responses API on the same model: the answer as items, a conversation carried by
+// previous_response_id, and the weather tool loop through function_call_output.
+const respond = (input, extra = {}) => client.responses.create({ model, input, temperature: 0, max_output_tokens: 300, ...extra });
+const responsesWeather = { type: "function", name: weatherTool.function.name, description: weatherTool.function.description,
+                           parameters: weatherTool.function.parameters };
+
+await test("responses: the answer as reasoning and message items; a follow-up through previous_response_id", async () => {
+  const first = await respond("What is the capital of France?");
+  assert(first.status === "completed", show(first));
+  assert(first.output[0]?.type === "reasoning" && first.output[0].content[0].text.length > 0, show(first.output));
+  assert(first.output_text.includes("Paris"), `output_text ${show(first.output_text)}`);
+  const second = await respond("What about Japan?", { previous_response_id: first.id });
+  assert(second.output_text.includes("Tokyo"), `output_text ${show(second.output_text)}`);
+});
+
+await test("responses tool loop: a function_call item, then its output answered", async () => {
+  const tools = [responsesWeather];
+  const first = await respond("What is the weather in Paris?", { tools });
+  const call = first.output.find((i) => i.type === "function_call");
+  assert(call, `no function_call in ${show(first.output)}`);
+  assertWeatherCall(call.name, call.arguments);
+  const second = await respond([{ type: "function_call_output", call_id: call.call_id, output: weatherResult }],
+                               { previous_response_id: first.id, tools });
+  assert(second.output_text.includes("12") && second.output_text.includes("cloudy"), `output_text ${show(second.output_text)}`);
+});
+
 finish();
