@@ -33,7 +33,7 @@ void Histogram::observe(double v) {
   ++count;
 }
 
-std::vector<int32_t> ModelRunner::run_select(const StepPlan&, std::span<const TokenChoice>) {
+std::vector<int32_t> ModelRunner::run_select(const StepPlan&, std::span<const TokenChoice>, const StepMasks*) {
   fail("this model runner does not select tokens itself");
 }
 
@@ -182,20 +182,30 @@ void Engine::step() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
-  // The runner selects the tokens when it can and no sampling sequence constrains its logits;
-  // the choices carry each sequence's draw, taken in the order sample() would take it.
+  // The runner selects the tokens when it can: no sampling sequence needs its logits on the host
+  // (log probabilities, penalties, logit_bias); constraints go to it as token masks. The choices
+  // carry each sequence's draw, taken in the order sample() would take it.
   const bool runner_selects =
       runner_->selects_tokens() && std::none_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
-        return c.sample && c.seq->needs_logits();
+        return c.sample && c.seq->needs_host_logits();
       });
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> selected;
   try {
     if (runner_selects) {
       std::vector<TokenChoice> choices;
+      std::vector<Sequence*> rows;
+      bool constrained = false;
       for (const ScheduledChunk& c : plan.chunks)
-        if (c.sample) choices.push_back(c.seq->sampler->next_choice());
-      selected = runner_->run_select(plan, choices);
+        if (c.sample) {
+          choices.push_back(c.seq->sampler->next_choice());
+          rows.push_back(c.seq);
+          constrained |= c.seq->constraint != nullptr;
+        }
+      StepMasks masks;
+      if (constrained) masks = step_masks(rows);
+      selected = runner_->run_select(plan, choices, constrained ? &masks : nullptr);
+      if (constrained && !masks_computed_) fail("the model runner selected tokens without computing their masks");
       if (selected.size() != choices.size())
         fail("the model runner selected {} tokens for {} sampling sequences", selected.size(), choices.size());
     } else {
@@ -208,6 +218,7 @@ void Engine::step() {
   }
   size_t li = 0;
   std::vector<std::pair<int64_t, FinishReason>> done;
+  std::vector<std::pair<int64_t, std::string>> failed;  // a constraint threw: the request ends with it
   const double t = now_s();
   for (ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
@@ -216,12 +227,25 @@ void Engine::step() {
     int32_t tok;
     std::optional<TokenLogprobs> lps;
     if (runner_selects) {
+      const size_t row = li;
       tok = selected[li++];
+      if (row < mask_error_.size() && !mask_error_[row].empty()) {
+        failed.push_back({s.id, mask_error_[row]});
+        continue;
+      }
     } else {
       std::vector<float>& lg = logits[li++];
       const std::span<const int32_t> gen = std::span(s.tokens).subspan(size_t(s.prompt_len));
       if (!s.adjust.empty()) s.adjust.apply(gen, lg);
-      if (s.constraint) s.constraint->apply(gen, lg);
+      if (s.constraint) {
+        std::vector<uint32_t> mask((lg.size() + 31) / 32, ~0u);
+        try {
+          if (s.constraint->fill_mask(gen, mask)) apply_token_mask(mask, lg);
+        } catch (const std::exception& e) {
+          failed.push_back({s.id, e.what()});
+          continue;
+        }
+      }
       tok = s.sampler->sample(lg);
       if (s.logprobs >= 0) lps = token_logprobs(lg, s.sampler->params().temperature, tok, s.logprobs);
     }
@@ -241,12 +265,42 @@ void Engine::step() {
     else if (s.generated() >= s.max_tokens) done.push_back({s.id, FinishReason::Length});
   }
   for (auto& [id, r] : done) finish(id, r);
+  for (auto& [id, why] : failed) finish(id, FinishReason::Error, "token constraint failed: " + why);
+  mask_error_.clear();
   {
     std::lock_guard lk(mu_);
     ++metrics_.steps;
     metrics_.preemptions += plan.preempted.size();
   }
   update_gauges();
+}
+
+StepMasks Engine::step_masks(const std::vector<Sequence*>& rows) {
+  const size_t words = (size_t(runner_->config().vocab) + 31) / 32;
+  mask_bufs_.resize(std::max(mask_bufs_.size(), rows.size()));
+  mask_has_.assign(rows.size(), 0);
+  mask_error_.assign(rows.size(), std::string());
+  StepMasks m;
+  masks_computed_ = false;
+  m.compute = [this, rows, words] {
+    masks_computed_ = true;
+    // Rows in parallel: each constraint is its own sequence's (mask caches are shared and locked).
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Sequence& s = *rows[i];
+      if (!s.constraint) continue;
+      std::vector<uint32_t>& buf = mask_bufs_[i];
+      buf.assign(words, ~0u);
+      try {
+        mask_has_[i] = s.constraint->fill_mask(std::span(s.tokens).subspan(size_t(s.prompt_len)), buf);
+      } catch (const std::exception& e) {
+        mask_has_[i] = 0;
+        mask_error_[i] = e.what();  // the request ends with this error after the step
+      }
+    }
+  };
+  m.row = [this](size_t i) -> const uint32_t* { return i < mask_has_.size() && mask_has_[i] ? mask_bufs_[i].data() : nullptr; };
+  return m;
 }
 
 void Engine::update_gauges() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,15 @@
 #include "model/gpt_oss_forward.h"
 
 namespace osprey {
+
+// Token masks of a step's sampling rows, filled on the host by the engine. A runner that selects
+// tokens itself calls compute() once, as late as it can (after launching the step's forward on
+// the GPU, so that the host work overlaps it), then reads row(i) for the i-th sampling row of the
+// call: (vocab + 31) / 32 words, bit t set: token t allowed; nullptr: no constraint on that row.
+struct StepMasks {
+  std::function<void()> compute;
+  std::function<const uint32_t*(size_t)> row;
+};
 
 // What executes a step plan: logits for every chunk that samples (in plan order).
 class ModelRunner {
@@ -36,7 +46,9 @@ class ModelRunner {
   // choose_token would pick it from that chunk's logits with choices[i]. The engine uses it for
   // steps whose sampling sequences have no logit constraint.
   virtual bool selects_tokens() const { return false; }
-  virtual std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices);
+  // masks (optional): the sampling rows' token masks, which the selection must obey.
+  virtual std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
+                                          const StepMasks* masks = nullptr);
 };
 
 class CpuModelRunner final : public ModelRunner {
@@ -53,11 +65,13 @@ enum class FinishReason { None, Stop, Length, Cancelled, Error };
 const char* finish_reason_name(FinishReason r);
 
 // Per-request logit constraint (grammars, forced tool calls): sees the tokens generated so far
-// and masks the logits of the next one in place. Called on the engine thread.
+// and says which tokens may come next, as a bitmask over the vocabulary (bit t % 32 of word
+// t / 32); false: no restriction this step (mask left as it was). Called by the engine, for
+// different requests on different threads at once.
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
-  virtual void apply(std::span<const int32_t> generated, std::span<float> logits) = 0;
+  virtual bool fill_mask(std::span<const int32_t> generated, std::span<uint32_t> mask) = 0;
 };
 
 struct GenerationRequest {
@@ -147,6 +161,12 @@ class Engine {
   void step();
   void finish(int64_t id, FinishReason r, const std::string& error = {});
   void update_gauges();
+  // Token masks of the sampling rows whose sequence has a constraint (the runner calls compute).
+  StepMasks step_masks(const std::vector<Sequence*>& rows);
+  std::vector<std::vector<uint32_t>> mask_bufs_;
+  std::vector<uint8_t> mask_has_;
+  std::vector<std::string> mask_error_;
+  bool masks_computed_ = false;
 
   std::unique_ptr<ModelRunner> runner_;
   EngineConfig cfg_;

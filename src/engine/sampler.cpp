@@ -19,6 +19,11 @@ int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+void apply_token_mask(std::span<const uint32_t> mask, std::span<float> logits) {
+  for (size_t t = 0; t < logits.size(); ++t)
+    if (t / 32 >= mask.size() || !((mask[t / 32] >> (t % 32)) & 1u)) logits[t] = -INFINITY;
+}
+
 void LogitAdjust::apply(std::span<const int32_t> generated, std::span<float> logits) const {
   for (auto [t, b] : bias)
     if (t >= 0 && size_t(t) < logits.size()) logits[size_t(t)] += b;

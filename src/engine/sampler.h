@@ -45,6 +45,10 @@ struct TokenChoice {
   double u = 0.0;
 };
 
+// Token masks (bit t % 32 of word t / 32 set: token t allowed): the other logits become -inf.
+// The CPU twin of cuda::mask_logits_rows.
+void apply_token_mask(std::span<const uint32_t> mask, std::span<float> logits);
+
 // The token a choice selects from logits: argmax when greedy, else sample_from(logits, params, u).
 int32_t choose_token(std::span<const float> logits, const TokenChoice& choice);
 

@@ -26,8 +26,8 @@ struct Sequence {
   std::shared_ptr<class TokenConstraint> constraint;
   LogitAdjust adjust;
   int logprobs = -1;  // -1: none; k >= 0: the chosen token's log probability and the top k
-  // Whether the logits must come to the host (anything beyond plain selection).
-  bool needs_logits() const { return constraint || !adjust.empty() || logprobs >= 0; }
+  // Whether the logits must come to the host (constraints go to a selecting runner as masks).
+  bool needs_host_logits() const { return !adjust.empty() || logprobs >= 0; }
   int generated() const { return int(tokens.size()) - prompt_len; }
 };
 

@@ -71,7 +71,8 @@ std::vector<std::vector<float>> SlotModelRunner::run(const StepPlan& plan) {
   return out;
 }
 
-std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span<const TokenChoice> choices) {
+std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
+                                                 const StepMasks* masks) {
   // choices[k] belongs to the k-th sampling chunk in plan order.
   std::vector<int> choice_of(plan.chunks.size(), -1);
   int k = 0;
@@ -82,32 +83,50 @@ std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span
   TokenChoice greedy;  // for chunks that do not sample: their token is ignored
   greedy.params.temperature = 0.0f;
   auto choice = [&](size_t i) -> const TokenChoice& { return choice_of[i] >= 0 ? choices[size_t(choice_of[i])] : greedy; };
+  // The masks are computed once: before the first prompt chunk that samples, or else while the
+  // decode batch runs.
+  bool computed = false;
+  auto compute = [&] {
+    if (masks && !computed) masks->compute();
+    computed = true;
+  };
+  auto mask_of = [&](size_t i) -> const uint32_t* { return masks && choice_of[i] >= 0 ? masks->row(size_t(choice_of[i])) : nullptr; };
   walk(
       plan,
       [&](size_t i, int slot, std::span<const int32_t> toks) {
-        const int32_t id = model_.prefill_select(slot, toks, choice(i));
+        if (choice_of[i] >= 0) compute();
+        const int32_t id = model_.prefill_select(slot, toks, choice(i), mask_of(i));
         if (choice_of[i] >= 0) out[size_t(choice_of[i])] = id;
       },
       [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
         std::vector<TokenChoice> dec(chunk.size());
         for (size_t j = 0; j < chunk.size(); ++j) dec[j] = choice(chunk[j]);
-        std::vector<int32_t> ids = model_.decode_select(slots, tokens, dec);
+        const StepMasks rows{compute, [&](size_t j) { return mask_of(chunk[j]); }};
+        std::vector<int32_t> ids = model_.decode_select(slots, tokens, dec, masks ? &rows : nullptr);
         if (ids.size() != chunk.size()) fail("decode_select returned {} tokens for {} slots", ids.size(), chunk.size());
         for (size_t j = 0; j < chunk.size(); ++j)
           if (choice_of[chunk[j]] >= 0) out[size_t(choice_of[chunk[j]])] = ids[j];
       });
+  compute();  // a step without sampling rows still owes the engine its (empty) masks
   return out;
 }
 
-int32_t SlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) {
-  return choose_token(prefill(slot, tokens), choice);
+int32_t SlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice,
+                                  const uint32_t* mask) {
+  std::vector<float> lg = prefill(slot, tokens);
+  if (mask) apply_token_mask(std::span(mask, (lg.size() + 31) / 32), lg);
+  return choose_token(lg, choice);
 }
 
 std::vector<int32_t> SlotModel::decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                              std::span<const TokenChoice> choices) {
+                                              std::span<const TokenChoice> choices, const StepMasks* masks) {
   std::vector<std::vector<float>> lg = decode(slots, tokens);
+  if (masks) masks->compute();
   std::vector<int32_t> ids(lg.size());
-  for (size_t j = 0; j < lg.size(); ++j) ids[j] = choose_token(lg[j], choices[j]);
+  for (size_t j = 0; j < lg.size(); ++j) {
+    if (const uint32_t* m = masks ? masks->row(j) : nullptr) apply_token_mask(std::span(m, (lg[j].size() + 31) / 32), lg[j]);
+    ids[j] = choose_token(lg[j], choices[j]);
+  }
   return ids;
 }
 
@@ -142,14 +161,20 @@ GptOssCudaFp8::RowSampling row_sampling(const TokenChoice& c) {
 }
 }  // namespace
 
-int32_t CudaSlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) {
-  return model_.prefill_select(slot, tokens, row_sampling(choice));
+int32_t CudaSlotModel::prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice,
+                                      const uint32_t* mask) {
+  return model_.prefill_select(slot, tokens, row_sampling(choice), mask);
 }
 std::vector<std::vector<float>> CudaSlotModel::decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
   return model_.decode_logits(slots, tokens);
 }
 std::vector<int32_t> CudaSlotModel::decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                                  std::span<const TokenChoice> choices) {
+                                                  std::span<const TokenChoice> choices, const StepMasks* masks) {
+  if (masks) {
+    std::vector<GptOssCudaFp8::RowSampling> rows(choices.size());
+    std::transform(choices.begin(), choices.end(), rows.begin(), row_sampling);
+    return model_.decode_masked(slots, tokens, rows, masks->compute, masks->row);
+  }
   const bool greedy = std::all_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.params.greedy(); });
   if (greedy) return model_.decode_argmax(slots, tokens);
   std::vector<GptOssCudaFp8::RowSampling> rows(choices.size());

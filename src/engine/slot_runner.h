@@ -22,13 +22,16 @@ class SlotModel {
   virtual std::vector<float> prefill(int slot, std::span<const int32_t> tokens) = 0;
   // The same, returning the next token as choose_token picks it with `choice`. This default
   // selects on the host from prefill()'s logits; a GPU model selects on the device.
-  virtual int32_t prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice);
+  // mask (optional): the token mask the selection obeys (StepMasks' format).
+  virtual int32_t prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice,
+                                 const uint32_t* mask = nullptr);
   // One token for each slot (distinct); logits [B][vocab] in the same order.
   virtual std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) = 0;
   // The same step, returning the next token of each slot as choose_token picks it with choices[i].
   // This default selects on the host from decode()'s logits; a GPU model selects on the device.
+  // masks (optional, rows indexed as slots): compute() is called once the step is under way.
   virtual std::vector<int32_t> decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                             std::span<const TokenChoice> choices);
+                                             std::span<const TokenChoice> choices, const StepMasks* masks = nullptr);
 };
 
 class SlotModelRunner final : public ModelRunner {
@@ -36,7 +39,8 @@ class SlotModelRunner final : public ModelRunner {
   explicit SlotModelRunner(SlotModel& model) : model_(model) {}
   std::vector<std::vector<float>> run(const StepPlan& plan) override;
   bool selects_tokens() const override { return true; }
-  std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices) override;
+  std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
+                                  const StepMasks* masks = nullptr) override;
   const GptOssConfig& config() const override { return model_.config(); }
   void release(int64_t seq_id) override;
   bool uses_host_kv() const override { return false; }
@@ -82,12 +86,14 @@ class CudaSlotModel final : public SlotModel {
   int length(int slot) const override;
   void release(int slot) override;
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens) override;
-  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice) override;
+  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const TokenChoice& choice,
+                         const uint32_t* mask = nullptr) override;
   std::vector<std::vector<float>> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) override;
   // Tokens selected on the GPU: greedy steps take the argmax computed in the step's graph, steps
-  // with a sampling row sample there too (decode_sample); no logits are copied.
+  // with a sampling row sample there too (decode_sample); no logits are copied. Masks are computed
+  // on the host while the step's graph runs, then applied to the logits on the GPU.
   std::vector<int32_t> decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                     std::span<const TokenChoice> choices) override;
+                                     std::span<const TokenChoice> choices, const StepMasks* masks = nullptr) override;
 
  private:
   GptOssCudaFp8& model_;

@@ -1,6 +1,7 @@
 #include "model/gpt_oss_cuda_fp8.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -301,6 +302,7 @@ struct GptOssCudaFp8::Impl {
   ~Impl() {
     cudaStreamSynchronize(stream);
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    if (h_masks) cudaFreeHost(h_masks), cudaFreeHost(h_mask_has);
     cudaStreamDestroy(stream);
   }
 
@@ -515,7 +517,8 @@ struct GptOssCudaFp8::Impl {
   // Prefill in chunks; returns the logits of every token (all_logits) or of the last one, or only
   // the next token selected on the GPU with *select (argmax or sampled) in *id_out.
   std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits,
-                             const GptOssCudaFp8::RowSampling* select = nullptr, int32_t* id_out = nullptr) {
+                             const GptOssCudaFp8::RowSampling* select = nullptr, int32_t* id_out = nullptr,
+                             const uint32_t* mask = nullptr) {
     const cuda::SampleRow row = select ? sample_row(*select) : cuda::SampleRow{};
     check_slot(slot);
     check_tokens(tokens);
@@ -547,6 +550,11 @@ struct GptOssCudaFp8::Impl {
       } else if (last) {
         unembed_rows(pass, T - 1, T, logits.ptr);
         if (select) {
+          if (mask) {
+            const uint32_t* m = mask;
+            upload_masks(1, [m](size_t) { return m; });
+            cuda::mask_logits_rows(logits.ptr, 1, cfg.vocab, d_masks.ptr, d_mask_has.ptr, stream);
+          }
           if (row.temperature > 0.0f) {
             cuda::sample_rows(logits.ptr, 1, cfg.vocab, &row, d_out_id.ptr, sample_scratch, stream);
           } else {
@@ -643,6 +651,55 @@ struct GptOssCudaFp8::Impl {
     return out;
   }
 
+  // Token masks of rows [0, B) to the device (through pinned memory): d_masks [B][words] and
+  // d_mask_has [B].
+  DeviceArray<uint32_t> d_masks;
+  DeviceArray<int32_t> d_mask_has;
+  uint32_t* h_masks = nullptr;
+  int32_t* h_mask_has = nullptr;
+  size_t h_mask_rows = 0;
+  void upload_masks(int B, const std::function<const uint32_t*(size_t)>& row) {
+    const size_t words = (size_t(cfg.vocab) + 31) / 32;
+    if (h_mask_rows < size_t(B)) {
+      if (h_masks) cudaFreeHost(h_masks), cudaFreeHost(h_mask_has);
+      h_mask_rows = size_t(std::max(B, bucket_max));
+      OSPREY_CUDA_CHECK(cudaMallocHost(&h_masks, h_mask_rows * words * 4));
+      OSPREY_CUDA_CHECK(cudaMallocHost(&h_mask_has, h_mask_rows * 4));
+    }
+    d_masks.ensure(h_mask_rows * words);
+    d_mask_has.ensure(h_mask_rows);
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffers may still be in flight
+    for (int i = 0; i < B; ++i) {
+      const uint32_t* m = row(size_t(i));
+      h_mask_has[i] = m != nullptr;
+      if (m) std::memcpy(h_masks + size_t(i) * words, m, words * 4);
+    }
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_masks.ptr, h_masks, size_t(B) * words * 4, cudaMemcpyHostToDevice, stream));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_mask_has.ptr, h_mask_has, size_t(B) * 4, cudaMemcpyHostToDevice, stream));
+  }
+
+  // The decode step with masks: the graph runs while compute() fills them on the host; then the
+  // masks, the argmax of every row again, and the sampling rows' draws.
+  std::vector<int32_t> decode_masked(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                     std::span<const GptOssCudaFp8::RowSampling> rows, const std::function<void()>& compute,
+                                     const std::function<const uint32_t*(size_t)>& row) {
+    if (rows.size() != slots.size()) fail_plain("decode_masked: one sampling row per slot");
+    std::vector<cuda::SampleRow> p(slots.size());
+    for (size_t i = 0; i < rows.size(); ++i) p[i] = sample_row(rows[i]);
+    const int b = decode_step(slots, tokens);
+    compute();  // host work, overlapping the graph
+    const int B = int(slots.size());
+    upload_masks(B, row);
+    cuda::mask_logits_rows(logits.ptr, B, cfg.vocab, d_masks.ptr, d_mask_has.ptr, stream);
+    cuda::argmax_rows(logits.ptr, d_out_id.ptr, B, cfg.vocab, stream);
+    cuda::sample_rows(logits.ptr, B, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
+    std::vector<int32_t> out(b);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, B * 4, cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    out.resize(slots.size());
+    return out;
+  }
+
   std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
     decode_step(slots, tokens);
     std::vector<std::vector<float>> out(slots.size(), std::vector<float>(cfg.vocab));
@@ -687,10 +744,16 @@ std::vector<float> GptOssCudaFp8::prefill(int slot, std::span<const int32_t> tok
 int32_t GptOssCudaFp8::prefill_argmax(int slot, std::span<const int32_t> tokens) {
   return prefill_select(slot, tokens, RowSampling{});
 }
-int32_t GptOssCudaFp8::prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row) {
+int32_t GptOssCudaFp8::prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row,
+                                      const uint32_t* mask) {
   int32_t id = -1;
-  impl_->prefill(slot, tokens, false, &row, &id);
+  impl_->prefill(slot, tokens, false, &row, &id, mask);
   return id;
+}
+std::vector<int32_t> GptOssCudaFp8::decode_masked(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                                  std::span<const RowSampling> rows, const std::function<void()>& compute,
+                                                  const std::function<const uint32_t*(size_t)>& row) {
+  return impl_->decode_masked(slots, tokens, rows, compute, row);
 }
 std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
   return impl_->decode(slots, tokens);

@@ -5,6 +5,7 @@
 // run as one CUDA graph per batch-size bucket. Plain C++ interface (no CUDA types).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -45,7 +46,8 @@ class GptOssCudaFp8 {
   };
   // The same prefill, returning only the next token (argmax, or sampled with `row`).
   int32_t prefill_argmax(int slot, std::span<const int32_t> tokens);
-  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row);
+  // mask (optional, host): the allowed tokens (bit t % 32 of word t / 32), applied on the GPU.
+  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row, const uint32_t* mask = nullptr);
   // One token for each listed slot (distinct): appends it and returns the greedy next ids.
   std::vector<int32_t> decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens);
   // The same step, returning the logits [B][vocab] (for constraints on the host).
@@ -53,6 +55,12 @@ class GptOssCudaFp8 {
   // The same step, each row's token selected on the GPU with rows[i].
   std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
                                      std::span<const RowSampling> rows);
+  // The same step with token masks: the step's graph is launched, compute() runs on the host
+  // meanwhile (it fills the masks), row(i) is then slot i's mask (nullptr: none); the masks are
+  // applied to the logits on the GPU before each row's argmax or draw.
+  std::vector<int32_t> decode_masked(std::span<const int32_t> slots, std::span<const int32_t> tokens,
+                                     std::span<const RowSampling> rows, const std::function<void()>& compute,
+                                     const std::function<const uint32_t*(size_t)>& row);
   // Benchmarks: the slot holds n positions of random keys and values, as after a prefill of n
   // tokens (a decode step reads exactly the same bytes).
   void fill_random(int slot, int n);

@@ -35,7 +35,13 @@ int GptOssCudaFp8::length(int) const { return 0; }
 void GptOssCudaFp8::release(int) {}
 std::vector<float> GptOssCudaFp8::prefill(int, std::span<const int32_t>, bool) { fail("no CUDA backend"); }
 int32_t GptOssCudaFp8::prefill_argmax(int, std::span<const int32_t>) { fail("no CUDA backend"); }
-int32_t GptOssCudaFp8::prefill_select(int, std::span<const int32_t>, const RowSampling&) { fail("no CUDA backend"); }
+int32_t GptOssCudaFp8::prefill_select(int, std::span<const int32_t>, const RowSampling&, const uint32_t*) {
+  fail("no CUDA backend");
+}
+std::vector<int32_t> GptOssCudaFp8::decode_masked(std::span<const int32_t>, std::span<const int32_t>, std::span<const RowSampling>,
+                                                  const std::function<void()>&, const std::function<const uint32_t*(size_t)>&) {
+  fail("no CUDA backend");
+}
 std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t>, std::span<const int32_t>) {
   fail("no CUDA backend");
 }

@@ -175,53 +175,54 @@ void HarmonyConstraint::advance(int32_t token) {
   }
 }
 
-void HarmonyConstraint::apply(std::span<const int32_t> generated, std::span<float> logits) {
+bool HarmonyConstraint::fill_mask(std::span<const int32_t> generated, std::span<uint32_t> mask) {
   for (; seen_ < generated.size(); ++seen_) advance(generated[seen_]);
-  const float kOff = -std::numeric_limits<float>::infinity();
-  auto only = [&](auto allowed) {
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (!allowed(int32_t(i))) logits[i] = kOff;
+  auto none = [&] { std::fill(mask.begin(), mask.end(), 0u); };
+  auto allow = [&](int32_t t) {
+    if (t >= 0 && size_t(t) / 32 < mask.size()) mask[size_t(t) / 32] |= 1u << (t % 32);
+  };
+  auto forbid = [&](int32_t t) {
+    if (t >= 0 && size_t(t) / 32 < mask.size()) mask[size_t(t) / 32] &= ~(1u << (t % 32));
   };
   switch (phase_) {
     case Phase::Header:
-      if (node_ >= 0) {
-        const Node& n = trie_[size_t(node_)];
-        only([&](int32_t t) { return n.next.count(t) != 0; });
-      }
-      break;
+      if (node_ < 0) return false;
+      none();
+      for (const auto& [t, child] : trie_[size_t(node_)].next) allow(t);
+      return true;
     case Phase::Analysis:  // reasoning ends only with <|end|>, and must once the budget is spent
       if (budget_spent()) {
-        only([](int32_t t) { return t == kEnd; });
+        none();
+        allow(kEnd);
       } else {
-        logits[kReturn] = kOff;
-        logits[kCall] = kOff;
+        std::fill(mask.begin(), mask.end(), ~0u);
+        forbid(kReturn), forbid(kCall);
       }
-      break;
+      return true;
     case Phase::Restart:
-      only([&](int32_t t) { return t == restart_[restart_at_]; });
-      break;
+      none();
+      allow(restart_[restart_at_]);
+      return true;
     case Phase::Payload: {
       const int64_t left = int64_t(spec_.max_tokens) - int64_t(generated.size()) - 1;  // the end token kept
-      const bool can_end = payload_->matcher().can_terminate(state_);
-      grammar::TokenBitmask mask;
-      if (left > 0) mask = payload_->mask_for_budget(state_, left);
+      none();
       bool any = false;
-      for (size_t i = 0; i < logits.size(); ++i) {
-        const int32_t t = int32_t(i);
-        const bool ok = t == payload_end_ ? can_end
-                        : (!mask.empty() && size_t(t >> 5) < mask.size() && grammar::mask_test(mask, t));
-        if (!ok) logits[i] = kOff;
-        any |= ok;
+      if (left > 0) {
+        const grammar::TokenBitmask g = payload_->mask_for_budget(state_, left);
+        for (size_t w = 0; w < std::min(g.size(), mask.size()); ++w) mask[w] = g[w], any |= g[w] != 0;
       }
-      if (!any) logits[size_t(payload_end_)] = 0;  // nothing fits: end (the document stays unfinished)
-      break;
+      if (payload_->matcher().can_terminate(state_) || !any) allow(payload_end_);  // nothing fits: end unfinished
+      return true;
     }
     case Phase::Content:
-      if (call_content_) logits[kEnd] = logits[kReturn] = kOff;
-      break;
+      if (!call_content_) return false;
+      std::fill(mask.begin(), mask.end(), ~0u);
+      forbid(kEnd), forbid(kReturn);
+      return true;
     case Phase::Done:
-      break;
+      return false;
   }
+  return false;
 }
 
 }  // namespace osprey::server

@@ -33,7 +33,7 @@ struct HarmonyConstraintSpec {
 class HarmonyConstraint final : public TokenConstraint {
  public:
   HarmonyConstraint(const harmony::Tokenizer& tok, HarmonyConstraintSpec spec);
-  void apply(std::span<const int32_t> generated, std::span<float> logits) override;
+  bool fill_mask(std::span<const int32_t> generated, std::span<uint32_t> mask) override;
 
  private:
   enum class Phase { Header, Analysis, Content, Payload, Restart, Done };

@@ -180,8 +180,9 @@ TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
   // Only even token ids.
   class EvenOnly final : public TokenConstraint {
    public:
-    void apply(std::span<const int32_t>, std::span<float> logits) override {
-      for (size_t i = 1; i < logits.size(); i += 2) logits[i] = -INFINITY;
+    bool fill_mask(std::span<const int32_t>, std::span<uint32_t> mask) override {
+      std::fill(mask.begin(), mask.end(), 0x55555555u);  // bits 0, 2, 4, ...
+      return true;
     }
   };
   CpuSlotModel slots_a(*model_, 4), slots_b(*model_, 4);
@@ -203,8 +204,12 @@ TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
     a.push_back(selecting.submit({.prompt = prompt(6 + int(i), int(i)), .max_tokens = 12, .sampling = params[i]}));
     b.push_back(from_logits.submit({.prompt = prompt(6 + int(i), int(i)), .max_tokens = 12, .sampling = params[i]}));
   }
+  // Constrained requests: token masks through run_select on one engine, masked logits on the host
+  // on the other; the same tokens.
   auto constrained = selecting.submit({.prompt = prompt(5, 9), .constraint = std::make_shared<EvenOnly>(),
                                        .max_tokens = 12, .sampling = {.temperature = 1.0f, .seed = 8}});
+  auto constrained_host = from_logits.submit({.prompt = prompt(5, 9), .constraint = std::make_shared<EvenOnly>(),
+                                              .max_tokens = 12, .sampling = {.temperature = 1.0f, .seed = 8}});
   for (size_t i = 0; i < params.size(); ++i) {
     const std::vector<int32_t> ta = tokens_of(a[i]), tb = tokens_of(b[i]);
     EXPECT_EQ(ta.size(), 12u);
@@ -213,6 +218,7 @@ TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
   const std::vector<int32_t> tc = tokens_of(constrained);
   ASSERT_EQ(tc.size(), 12u);
   for (int32_t t : tc) EXPECT_EQ(t % 2, 0);
+  EXPECT_EQ(tc, tokens_of(constrained_host));
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ std::vector<int32_t> run(HarmonyConstraint& c, uint64_t seed, int end_after, int
     for (auto& l : logits) l = float(rng() % 1000);
     logits[kReturn] = logits[kEnd] = logits[kCall] = 5000;  // a model eager to stop
     if (++analysis < end_after) logits[kEnd] = -1;
-    c.apply(out, logits);
+    std::vector<uint32_t> mask((logits.size() + 31) / 32, ~0u);
+    if (c.fill_mask(out, mask)) apply_token_mask(mask, logits);
     int32_t t = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(t);
     if (t == kCall || t == kReturn) break;

@@ -403,4 +403,20 @@ void sample_rows(const float* logits, int rows, int V, const SampleRow* params, 
   OSPREY_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+__global__ void mask_logits_kernel(float* logits, int V, int words, const uint32_t* masks, const int32_t* has) {
+  const int r = blockIdx.y;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= V || !has[r]) return;
+  if (!((masks[size_t(r) * size_t(words) + size_t(t >> 5)] >> (t & 31)) & 1u)) logits[size_t(r) * size_t(V) + size_t(t)] = -INFINITY;
+}
+}  // namespace
+
+void mask_logits_rows(float* logits, int rows, int V, const uint32_t* masks, const int32_t* has, cudaStream_t s) {
+  if (rows == 0) return;
+  const dim3 grid(unsigned((V + 255) / 256), unsigned(rows));
+  mask_logits_kernel<<<grid, 256, 0, s>>>(logits, V, (V + 31) / 32, masks, has);
+  OSPREY_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace osprey::cuda

@@ -61,4 +61,9 @@ class SampleScratch {
 void sample_rows(const float* logits, int rows, int V, const SampleRow* params, int32_t* out, SampleScratch& scratch,
                  cudaStream_t s);
 
+// Token masks (grammars, forced calls): for each row r with has[r] != 0, logits[r][t] = -inf where
+// bit t % 32 of word t / 32 of masks[r] ((V + 31) / 32 words per row) is 0. masks, has: device.
+// CPU twin: apply_token_mask (engine/sampler.h).
+void mask_logits_rows(float* logits, int rows, int V, const uint32_t* masks, const int32_t* has, cudaStream_t s);
+
 }  // namespace osprey::cuda
