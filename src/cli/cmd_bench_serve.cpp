@@ -37,18 +37,34 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5))];
 }
 
+// How requests are sent: /v1/completions with the token prompt, or /v1/chat/completions with a
+// user message of as many words (and, with response_format, a structured output to constrain).
+struct RequestShape {
+  bool chat = false;
+  std::string response_format;  // chat: "" or json_object
+};
+
 RequestResult one_request(const std::string& host, int port, const std::string& model, const std::vector<int32_t>& prompt,
-                          int output_len) {
+                          int output_len, const RequestShape& shape) {
   httplib::Client cli(host, port);
   cli.set_read_timeout(600, 0);
-  nlohmann::json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", output_len}, {"temperature", 0},
-                         {"ignore_eos", true}, {"stream", true}};
+  nlohmann::json body = {{"model", model}, {"max_tokens", output_len}, {"temperature", 0}, {"ignore_eos", true}, {"stream", true}};
+  if (shape.chat) {
+    std::string text;
+    for (int32_t t : prompt) text += " w" + std::to_string(t % 1000);
+    body["messages"] = {{{"role", "user"}, {"content", text}}};
+    body["stream_options"] = {{"include_usage", true}};
+    if (!shape.response_format.empty()) body["response_format"] = {{"type", shape.response_format}};
+  } else {
+    body["prompt"] = prompt;
+  }
   RequestResult r;
   auto t0 = clk::now(), last = t0;
   std::string buf;
   httplib::Request req;
   req.method = "POST";
-  req.path = "/v1/completions";
+  req.path = shape.chat ? "/v1/chat/completions" : "/v1/completions";
+  int usage_tokens = -1;  // chat: the usage chunk's count (a chunk is not always one token)
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
@@ -59,6 +75,8 @@ RequestResult one_request(const std::string& host, int port, const std::string& 
                           buf.erase(0, at + 2);
                           if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
                           auto j = nlohmann::json::parse(ev.substr(6), nullptr, false);
+                          if (!j.is_discarded() && j.contains("usage") && j["usage"].is_object())
+                            usage_tokens = j["usage"].value("completion_tokens", -1);
                           if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
                           auto now = clk::now();
                           if (r.tokens == 0) r.ttft = std::chrono::duration<double>(now - t0).count();
@@ -72,6 +90,7 @@ RequestResult one_request(const std::string& host, int port, const std::string& 
   httplib::Error err = httplib::Error::Success;
   const bool sent = cli.send(req, res, err);
   r.e2e = std::chrono::duration<double>(clk::now() - t0).count();
+  if (usage_tokens >= 0) r.tokens = usage_tokens;
   if (!sent) r.error = httplib::to_string(err);
   else if (res.status != 200) r.error = fmt::format("HTTP {}", res.status);
   else r.ok = true;
@@ -85,6 +104,7 @@ void add_bench_serve(CLI::App* bench) {
     std::string url = "http://127.0.0.1:8000", concurrency = "1,8,64", model;
     int input_len = 128, output_len = 128, num_prompts = 0;
     uint64_t seed = 0;
+    std::string api = "completions", response_format;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = bench->add_subcommand("serve", "Load-test a running osprey (or any OpenAI-compatible) server");
@@ -95,7 +115,12 @@ void add_bench_serve(CLI::App* bench) {
   cmd->add_option("--num-prompts", args->num_prompts, "requests per run (default: 4 x concurrency, at least 8)");
   cmd->add_option("--model", args->model, "model id (default: the first of /v1/models)");
   cmd->add_option("--seed", args->seed, "seed of the random prompts");
+  cmd->add_option("--api", args->api, "completions (token prompts) or chat (word prompts; tokens counted from usage)")
+      ->check(CLI::IsMember({"completions", "chat"}));
+  cmd->add_option("--response-format", args->response_format, "chat: json_object, every request a structured output")
+      ->check(CLI::IsMember({"json_object"}));
   cmd->callback([args] {
+    if (!args->response_format.empty() && args->api != "chat") fail("--response-format needs --api chat");
     std::smatch m;
     std::regex re(R"(^http://([^/:]+)(?::(\d+))?/?$)");
     if (!std::regex_match(args->url, m, re)) fail("--url must look like http://HOST:PORT");
@@ -127,7 +152,8 @@ void add_bench_serve(CLI::App* bench) {
       std::vector<std::thread> workers;
       for (int w = 0; w < c; ++w)
         workers.emplace_back([&] {
-          for (int i; (i = next++) < n;) results[i] = one_request(host, port, model, prompts[i], args->output_len);
+          for (int i; (i = next++) < n;) results[i] = one_request(host, port, model, prompts[i], args->output_len,
+                                                {args->api == "chat", args->response_format});
         });
       for (auto& w : workers) w.join();
       const double secs = std::chrono::duration<double>(clk::now() - t0).count();
