@@ -39,11 +39,23 @@ class Compiler {
     }
     key_string_ = add({.kind = NodeKind::String});
     g_.root = any_object ? any_object_node() : compile(root_, "schema");
-    for (Node& n : g_.nodes)
-      if (n.kind == NodeKind::Object) {
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (g_.nodes[i].kind == NodeKind::Object) {
+        Node& n = g_.nodes[i];
         n.required_from.assign(n.props.size() + 1, int(n.props.size()));
-        for (size_t i = n.props.size(); i-- > 0;) n.required_from[i] = n.props[i].required ? int(i) : n.required_from[i + 1];
+        for (size_t p = n.props.size(); p-- > 0;) n.required_from[p] = n.props[p].required ? int(p) : n.required_from[p + 1];
         n.key_string = key_string_;
+        // Undeclared keys beside declared properties: any key but those names.
+        if (n.additional >= 0 && !n.props.empty()) {
+          std::vector<std::string> names;
+          for (const Property& p : n.props) {
+            const std::string& lit = g_.nodes[size_t(p.key)].text;
+            names.push_back(ojson::parse(lit).get<std::string>());
+          }
+          g_.dfas.push_back(excluding_dfa(names));
+          const int key = add({.kind = NodeKind::String, .dfa = int(g_.dfas.size()) - 1, .key_exclusion = true});
+          g_.nodes[i].key_string = key;
+        }
       }
     check_cycles();
     compute_min_bytes();
@@ -273,6 +285,52 @@ class Compiler {
       return id;
     }
     bad("type", path, fmt::format("'{}' is not a JSON Schema type", type));
+  }
+
+  // Every raw JSON string content (no escapes: the matcher writes constrained strings without
+  // them) except the given names: a trie of the names whose ends do not accept, and a sink that
+  // accepts anything else. UTF-8 validity is the string frame's.
+  static ByteDfa excluding_dfa(const std::vector<std::string>& names) {
+    ByteDfa d;
+    auto add_state = [&](bool accept) {
+      d.next.resize(d.next.size() + 256, -1);
+      d.accept.push_back(accept);
+      return int(d.accept.size()) - 1;
+    };
+    const int root = add_state(true), sink = add_state(true);
+    auto string_byte = [](int c) { return c >= 0x20 && c != '"' && c != '\\'; };
+    for (int c = 0; c < 256; ++c)
+      if (string_byte(c)) d.next[size_t(sink) * 256 + size_t(c)] = sink;
+    std::vector<bool> is_trie(2, false);
+    is_trie[size_t(root)] = true;
+    for (const std::string& name : names) {
+      int s = root;
+      bool writable = true;
+      for (unsigned char c : name) writable &= string_byte(c);
+      if (!writable) continue;  // a name with a quote or backslash needs escapes: never written
+      for (unsigned char c : name) {
+        int& t = d.next[size_t(s) * 256 + c];
+        if (t < 0 || t == sink) {
+          const int ns = add_state(true);
+          is_trie.push_back(true);
+          d.next[size_t(s) * 256 + c] = ns;
+          s = ns;
+        } else {
+          s = t;
+        }
+      }
+      d.accept[size_t(s)] = false;
+    }
+    // Trie states: a byte off the trie leads to the sink.
+    for (int s = 0; s < d.states(); ++s) {
+      if (!is_trie[size_t(s)]) continue;
+      for (int c = 0; c < 256; ++c)
+        if (string_byte(c) && d.next[size_t(s) * 256 + size_t(c)] < 0) d.next[size_t(s) * 256 + size_t(c)] = sink;
+    }
+    d.dist.assign(size_t(d.states()), 1);
+    for (int s = 0; s < d.states(); ++s)
+      if (d.accept[size_t(s)]) d.dist[size_t(s)] = 0;
+    return d;
   }
 
   // An anyOf (or $ref) that reaches itself without reading a byte would loop forever.

@@ -35,6 +35,7 @@ struct Node {
   // String
   int64_t min_length = 0, max_length = -1;
   int dfa = -1;                   // index into Grammar::dfas (a format or pattern), -1: none
+  bool key_exclusion = false;     // dfa excludes declared names: escapes allowed, they go to its sink (state 1)
   // Number, Integer
   bool has_min = false, has_max = false, excl_min = false, excl_max = false;
   double min = 0, max = 0;

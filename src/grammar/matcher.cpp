@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 namespace osprey::grammar {
 
@@ -36,7 +40,15 @@ bool intersects(const Node& n, double lo, double hi) {
   if (n.has_max && (lo > n.max || (lo == n.max && n.excl_max))) return false;
   return true;
 }
-double value_of(const Frame& f) { return (f.aux & 1 ? -1.0 : 1.0) * (double(f.v) + f.d); }
+// The number's magnitude as a JSON parser reads it: integer part v, fraction digits d (an exact
+// integer of b digits), rounded once (the two parts summed in floating point would round twice:
+// 0.7 + 0.05 is not 0.75).
+double magnitude(const Frame& f) {
+  if (f.b == 0) return double(f.v);
+  const std::string text = std::to_string(f.v) + "." + fmt::format("{:0>{}}", int64_t(f.d), f.b);
+  return std::strtod(text.c_str(), nullptr);
+}
+double value_of(const Frame& f) { return (f.aux & 1 ? -1.0 : 1.0) * magnitude(f); }
 bool in_bounds(const Node& n, const Frame& f) {
   const double x = value_of(f);
   return intersects(n, x, x);
@@ -55,7 +67,7 @@ bool feasible(const Node& n, const Frame& f) {
       return false;
     }
     case N_DOT: case N_FRAC: {
-      const double lo = double(f.v) + f.d;
+      const double lo = magnitude(f);
       return check(lo, lo + std::pow(10.0, -double(f.b)));
     }
     default: return true;
@@ -183,7 +195,8 @@ class Stepper {
           return true;
         }
         if (c == '\\') {
-          if (n.dfa >= 0) return false;  // constrained strings are written without escapes
+          if (n.dfa >= 0 && !n.key_exclusion) return false;  // constrained strings are written without escapes
+          if (n.key_exclusion) f.b = 1;  // an escaped key is taken as none of the declared names
           f.phase = S_ESC;
           return count_char();
         }
@@ -258,7 +271,7 @@ class Stepper {
         if (is_digit(c)) {
           if (f.b >= kMaxFracDigits) return 0;
           ++f.b;
-          f.d += (c - '0') * std::pow(10.0, -double(f.b));
+          f.d = f.d * 10 + (c - '0');  // exact: at most 15 digits
           f.phase = N_FRAC, ok = true;
         } else if (f.phase == N_FRAC && (c == 'e' || c == 'E') && !bounded) {
           f.phase = N_EXP, ok = true;

@@ -20,7 +20,7 @@ struct Frame {
   uint8_t ws = 0;        // whitespace bytes in a row at this position
   uint16_t aux = 0;      // per kind: pending UTF-8 bytes, escape digits, sign
   int64_t v = 0;         // number: integer part; string: the next continuation byte's range
-  double d = 0;          // number: fraction
+  double d = 0;          // number: the fraction's digits as an integer (b of them)
   bool operator==(const Frame&) const = default;
 };
 static_assert(sizeof(Frame) == 32);

@@ -37,6 +37,9 @@
 //                         separator even when separators=[",",":"]. With this flag, the EBNF is
 //                         generated via Testings._jsonSchemaToEBNF, ", " -> "," is patched in those
 //                         rules, and the grammar is compiled with compileGrammar().
+//                         (The compiler's cache is always off: with it, compileGrammar() re-parses
+//                         the printed grammar, which misreads a non-ASCII character followed by a
+//                         hex letter, e.g. "üe" -> U+0FCE.)
 //   --feed=tokens|string  feed the prefix as single-byte tokens (acceptToken) or via
 //                         GrammarMatcher._acceptString (UTF-8 bytes of the prefix) [tokens]
 //   --warmup=N            extra untimed mask computations before each timed one [0]

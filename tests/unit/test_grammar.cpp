@@ -109,6 +109,25 @@ TEST(Grammar, FormatsPatternsAndRecursiveRefs) {
   EXPECT_FALSE(accepts_doc(obj, "{\"x\":1,}"));
 }
 
+// Found by the XGrammar differential test: a fraction summed digit by digit rounds twice (0.7 +
+// 0.05 is 0.7500000000000001), and undeclared keys must not be declared names.
+TEST(Grammar, DecimalBoundsAndUndeclaredKeys) {
+  auto le = compile(R"({"type":"number","maximum":0.75})");
+  EXPECT_TRUE(accepts_doc(le, "0.75"));
+  EXPECT_FALSE(accepts_doc(le, "0.751"));
+  auto gt = compile(R"({"type":"number","exclusiveMinimum":0.3})");
+  EXPECT_FALSE(accepts_doc(gt, "0.3"));
+  EXPECT_TRUE(accepts_doc(gt, "0.30001"));
+  auto obj = compile(R"({"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],
+                       "additionalProperties":{"type":"string"}})");
+  EXPECT_TRUE(accepts_doc(obj, R"({"id":1,"x":"y"})"));
+  EXPECT_TRUE(accepts_doc(obj, R"({"i":"y","id":1})"));
+  EXPECT_TRUE(accepts_doc(obj, R"({"ide":"y","id":1})"));
+  EXPECT_FALSE(accepts_doc(obj, R"({"id":"x","id":1})"));
+  EXPECT_FALSE(accepts_doc(obj, R"({"id":1,"id":"x"})"));
+  EXPECT_TRUE(accepts_doc(obj, R"({"id":1,"\u0041":"x"})"));  // an escaped key is undeclared
+}
+
 TEST(Grammar, UnsupportedKeywordsAreNamed) {
   for (auto [schema, kw] : std::vector<std::pair<const char*, const char*>>{
            {R"J({"type":"object","minProperties":1})J", "minProperties"},
