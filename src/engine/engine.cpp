@@ -175,6 +175,7 @@ void Engine::step() {
   for (int64_t id : cancelled) finish(id, FinishReason::Cancelled);
   if (!cancelled.empty()) update_gauges();
 
+  const double step_start = now_s();
   StepPlan plan = scheduler_.schedule();
   for (int64_t id : plan.preempted) runner_->release(id);  // recomputed from the start later
   if (plan.empty()) {
@@ -205,7 +206,9 @@ void Engine::step() {
       StepMasks masks;
       if (constrained) masks = step_masks(rows);
       selected = runner_->run_select(plan, choices, constrained ? &masks : nullptr);
-      if (constrained && !masks_computed_) fail("the model runner selected tokens without computing their masks");
+      for (size_t i = 0; constrained && i < rows.size(); ++i)
+        if (rows[i]->constraint && !mask_done_[i]) fail("the model runner selected tokens without computing their masks");
+      if (constrained) mask_rows_ = uint64_t(std::count(mask_has_.begin(), mask_has_.end(), uint8_t(1)));
       if (selected.size() != choices.size())
         fail("the model runner selected {} tokens for {} sampling sequences", selected.size(), choices.size());
     } else {
@@ -270,6 +273,9 @@ void Engine::step() {
   {
     std::lock_guard lk(mu_);
     ++metrics_.steps;
+    metrics_.step.observe(now_s() - step_start);
+    if (mask_seconds_ >= 0) metrics_.mask.observe(mask_seconds_), metrics_.masked_rows += mask_rows_;
+    mask_seconds_ = -1, mask_rows_ = 0;
     metrics_.preemptions += plan.preempted.size();
   }
   update_gauges();
@@ -279,14 +285,18 @@ StepMasks Engine::step_masks(const std::vector<Sequence*>& rows) {
   const size_t words = (size_t(runner_->config().vocab) + 31) / 32;
   mask_bufs_.resize(std::max(mask_bufs_.size(), rows.size()));
   mask_has_.assign(rows.size(), 0);
+  mask_done_.assign(rows.size(), 0);
   mask_error_.assign(rows.size(), std::string());
+  mask_seconds_ = 0, mask_rows_ = 0;
   StepMasks m;
-  masks_computed_ = false;
-  m.compute = [this, rows, words] {
-    masks_computed_ = true;
+  m.compute = [this, rows, words](std::span<const size_t> which) {
+    const double t0 = now_s();
     // Rows in parallel: each constraint is its own sequence's (mask caches are shared and locked).
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t i = 0; i < rows.size(); ++i) {
+    for (size_t k = 0; k < which.size(); ++k) {
+      const size_t i = which[k];
+      if (i >= rows.size() || mask_done_[i]) continue;
+      mask_done_[i] = 1;
       Sequence& s = *rows[i];
       if (!s.constraint) continue;
       std::vector<uint32_t>& buf = mask_bufs_[i];
@@ -298,6 +308,7 @@ StepMasks Engine::step_masks(const std::vector<Sequence*>& rows) {
         mask_error_[i] = e.what();  // the request ends with this error after the step
       }
     }
+    mask_seconds_ += now_s() - t0;
   };
   m.row = [this](size_t i) -> const uint32_t* { return i < mask_has_.size() && mask_has_[i] ? mask_bufs_[i].data() : nullptr; };
   return m;

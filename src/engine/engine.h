@@ -23,11 +23,12 @@
 namespace osprey {
 
 // Token masks of a step's sampling rows, filled on the host by the engine. A runner that selects
-// tokens itself calls compute() once, as late as it can (after launching the step's forward on
-// the GPU, so that the host work overlaps it), then reads row(i) for the i-th sampling row of the
-// call: (vocab + 31) / 32 words, bit t set: token t allowed; nullptr: no constraint on that row.
+// tokens itself calls compute(rows) for the rows it is about to select, as late as it can (a
+// decode batch's after launching the step's forward on the GPU, so that the host work overlaps
+// it), once per row, then reads row(i): (vocab + 31) / 32 words, bit t set: token t allowed;
+// nullptr: no constraint on that row.
 struct StepMasks {
-  std::function<void()> compute;
+  std::function<void(std::span<const size_t> rows)> compute;
   std::function<const uint32_t*(size_t)> row;
 };
 
@@ -135,6 +136,11 @@ struct EngineMetrics {
   int queue_depth = 0, running = 0, kv_blocks_used = 0, kv_blocks_free = 0;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  Histogram step{{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.1, 0.25, 1}};
+  // Host time computing token masks per step that had constrained rows (overlapping the GPU step
+  // when the runner selects tokens itself), and the rows masked.
+  Histogram mask{{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}};
+  uint64_t masked_rows = 0;
 };
 
 struct QueueFull : std::runtime_error {
@@ -166,7 +172,9 @@ class Engine {
   std::vector<std::vector<uint32_t>> mask_bufs_;
   std::vector<uint8_t> mask_has_;
   std::vector<std::string> mask_error_;
-  bool masks_computed_ = false;
+  std::vector<uint8_t> mask_done_;  // rows whose compute() ran this step
+  double mask_seconds_ = -1;  // this step's mask time (-1: none)
+  uint64_t mask_rows_ = 0;
 
   std::unique_ptr<ModelRunner> runner_;
   EngineConfig cfg_;

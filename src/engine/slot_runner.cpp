@@ -1,6 +1,7 @@
 #include "engine/slot_runner.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "model/gpt_oss_cuda_fp8.h"
@@ -83,31 +84,33 @@ std::vector<int32_t> SlotModelRunner::run_select(const StepPlan& plan, std::span
   TokenChoice greedy;  // for chunks that do not sample: their token is ignored
   greedy.params.temperature = 0.0f;
   auto choice = [&](size_t i) -> const TokenChoice& { return choice_of[i] >= 0 ? choices[size_t(choice_of[i])] : greedy; };
-  // The masks are computed once: before the first prompt chunk that samples, or else while the
-  // decode batch runs.
-  bool computed = false;
-  auto compute = [&] {
-    if (masks && !computed) masks->compute();
-    computed = true;
-  };
+  // A prompt chunk's mask is computed just before its prefill; the decode batch's while it runs.
   auto mask_of = [&](size_t i) -> const uint32_t* { return masks && choice_of[i] >= 0 ? masks->row(size_t(choice_of[i])) : nullptr; };
   walk(
       plan,
       [&](size_t i, int slot, std::span<const int32_t> toks) {
-        if (choice_of[i] >= 0) compute();
+        if (masks && choice_of[i] >= 0) {
+          const size_t row = size_t(choice_of[i]);
+          masks->compute(std::span(&row, 1));
+        }
         const int32_t id = model_.prefill_select(slot, toks, choice(i), mask_of(i));
         if (choice_of[i] >= 0) out[size_t(choice_of[i])] = id;
       },
       [&](const std::vector<int32_t>& slots, const std::vector<int32_t>& tokens, const std::vector<size_t>& chunk) {
         std::vector<TokenChoice> dec(chunk.size());
         for (size_t j = 0; j < chunk.size(); ++j) dec[j] = choice(chunk[j]);
-        const StepMasks rows{compute, [&](size_t j) { return mask_of(chunk[j]); }};
+        const StepMasks rows{[&](std::span<const size_t> js) {
+                               std::vector<size_t> engine_rows;
+                               for (size_t j : js)
+                                 if (choice_of[chunk[j]] >= 0) engine_rows.push_back(size_t(choice_of[chunk[j]]));
+                               masks->compute(engine_rows);
+                             },
+                             [&](size_t j) { return mask_of(chunk[j]); }};
         std::vector<int32_t> ids = model_.decode_select(slots, tokens, dec, masks ? &rows : nullptr);
         if (ids.size() != chunk.size()) fail("decode_select returned {} tokens for {} slots", ids.size(), chunk.size());
         for (size_t j = 0; j < chunk.size(); ++j)
           if (choice_of[chunk[j]] >= 0) out[size_t(choice_of[chunk[j]])] = ids[j];
       });
-  compute();  // a step without sampling rows still owes the engine its (empty) masks
   return out;
 }
 
@@ -121,7 +124,11 @@ int32_t SlotModel::prefill_select(int slot, std::span<const int32_t> tokens, con
 std::vector<int32_t> SlotModel::decode_select(std::span<const int32_t> slots, std::span<const int32_t> tokens,
                                               std::span<const TokenChoice> choices, const StepMasks* masks) {
   std::vector<std::vector<float>> lg = decode(slots, tokens);
-  if (masks) masks->compute();
+  if (masks) {
+    std::vector<size_t> all(slots.size());
+    std::iota(all.begin(), all.end(), size_t(0));
+    masks->compute(all);
+  }
   std::vector<int32_t> ids(lg.size());
   for (size_t j = 0; j < lg.size(); ++j) {
     if (const uint32_t* m = masks ? masks->row(j) : nullptr) apply_token_mask(std::span(m, (lg[j].size() + 31) / 32), lg[j]);
@@ -173,7 +180,9 @@ std::vector<int32_t> CudaSlotModel::decode_select(std::span<const int32_t> slots
   if (masks) {
     std::vector<GptOssCudaFp8::RowSampling> rows(choices.size());
     std::transform(choices.begin(), choices.end(), rows.begin(), row_sampling);
-    return model_.decode_masked(slots, tokens, rows, masks->compute, masks->row);
+    std::vector<size_t> all(slots.size());
+    std::iota(all.begin(), all.end(), size_t(0));
+    return model_.decode_masked(slots, tokens, rows, [&] { masks->compute(all); }, masks->row);
   }
   const bool greedy = std::all_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.params.greedy(); });
   if (greedy) return model_.decode_argmax(slots, tokens);

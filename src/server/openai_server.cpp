@@ -906,6 +906,12 @@ struct OpenAiServer::Impl {
     gauge("kv_cache_blocks_used", "KV-cache blocks in use.", m.kv_blocks_used);
     gauge("kv_cache_blocks_free", "KV-cache blocks free.", m.kv_blocks_free);
     hist("time_to_first_token_seconds", "Time to first token.", m.ttft);
+    hist("engine_step_seconds", "Wall time of an engine step (scheduling, the model, token selection).", m.step);
+    hist("constraint_mask_seconds", "Host time computing the token masks of a step's constrained rows.", m.mask);
+    counter("constraint_masked_rows_total", "Rows whose next token a constraint masked.", double(m.masked_rows));
+    const grammar::MaskStats gs = grammars.stats();
+    counter("grammar_masks_cached_total", "Grammar token masks served from the per-state cache.", double(gs.cached));
+    counter("grammar_masks_computed_total", "Grammar token masks computed (cache misses).", double(gs.computed));
     hist("inter_token_latency_seconds", "Time between consecutive tokens of a request.", m.itl);
     return s;
   }

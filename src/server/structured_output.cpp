@@ -25,6 +25,8 @@ std::shared_ptr<grammar::MaskCache> GrammarRegistry::get(const ojson& schema) {
   lru_.push_front(key);
   by_schema_[key] = {cache, lru_.begin()};
   if (by_schema_.size() > capacity_) {
+    const grammar::MaskStats gone = by_schema_[lru_.back()].first->stats();
+    evicted_.computed += gone.computed, evicted_.cached += gone.cached;
     by_schema_.erase(lru_.back());
     lru_.pop_back();
   }
@@ -33,7 +35,7 @@ std::shared_ptr<grammar::MaskCache> GrammarRegistry::get(const ojson& schema) {
 
 grammar::MaskStats GrammarRegistry::stats() {
   std::lock_guard lk(mu_);
-  grammar::MaskStats s;
+  grammar::MaskStats s = evicted_;
   for (auto& [k, v] : by_schema_) {
     grammar::MaskStats x = v.first->stats();
     s.computed += x.computed, s.cached += x.cached;

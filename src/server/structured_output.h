@@ -27,13 +27,14 @@ class GrammarRegistry {
   GrammarRegistry(const harmony::Tokenizer& tok, size_t capacity = 64) : tok_(tok), capacity_(capacity) {}
   // The grammar of a schema ("json_object": any object); throws grammar::SchemaError.
   std::shared_ptr<grammar::MaskCache> get(const nlohmann::ordered_json& schema);
-  grammar::MaskStats stats();  // over the grammars held now
+  grammar::MaskStats stats();  // over every grammar it held
 
  private:
   const harmony::Tokenizer& tok_;
   size_t capacity_;
   std::mutex mu_;
   std::list<std::string> lru_;
+  grammar::MaskStats evicted_;
   std::map<std::string, std::pair<std::shared_ptr<grammar::MaskCache>, std::list<std::string>::iterator>> by_schema_;
 };
 
