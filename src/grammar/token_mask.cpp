@@ -178,10 +178,24 @@ TokenBitmask MaskCache::mask_for_budget(const GrammarState& s, int64_t tokens_le
 
 TokenBitmask MaskCache::mask_within(const GrammarState& s, int64_t max_finish) const {
   // One stack in a free string: a plain token with whole characters keeps the string open and
-  // needs no more bytes than before (fewer under a minLength), so it fits when the state does.
+  // lowers the bytes still needed by the characters it adds toward a minLength (by none without
+  // one): it fits when the state does, or when those characters make up the difference.
   int64_t room;
-  if (s.ends.size() == 1 && free_string_room(s, room) && matcher_.min_bytes_to_finish(s) <= max_finish) {
-    TokenBitmask out = room >= 0 ? index_->plain_whole_upto(int(room)) : TokenBitmask(index_->words(), 0);
+  if (s.ends.size() == 1 && free_string_room(s, room)) {
+    const int64_t need = matcher_.min_bytes_to_finish(s), over = need - max_finish;
+    TokenBitmask out(index_->words(), 0);
+    if (room >= 0 && over <= 0) {
+      out = index_->plain_whole_upto(int(room));
+    } else if (room >= over) {
+      const Frame& top = s.frames.back();
+      const Node& n = matcher_.grammar().nodes[size_t(top.node)];
+      const int64_t deficit = n.counts_length() ? std::max<int64_t>(0, n.min_length - top.a) : 0;
+      if (deficit >= over) {  // tokens of over .. room characters
+        out = index_->plain_whole_upto(int(room));
+        const TokenBitmask& fewer = index_->plain_whole_upto(int(over - 1));
+        for (size_t w = 0; w < out.size(); ++w) out[w] &= ~fewer[w];
+      }
+    }
     walk(index_->string_special(), s, out, max_finish);
     return out;
   }
