@@ -652,7 +652,9 @@ struct GptOssCudaFp8::Impl {
   }
 
   // Token masks of rows [0, B) to the device (through pinned memory): d_masks [B][words] and
-  // d_mask_has [B].
+  // d_mask_has [B]. Every caller synchronizes the stream before it returns, so the staging
+  // buffers are free here, even while a decode graph runs (it does not touch them): the host
+  // copies overlap the step.
   DeviceArray<uint32_t> d_masks;
   DeviceArray<int32_t> d_mask_has;
   uint32_t* h_masks = nullptr;
@@ -668,7 +670,6 @@ struct GptOssCudaFp8::Impl {
     }
     d_masks.ensure(h_mask_rows * words);
     d_mask_has.ensure(h_mask_rows);
-    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffers may still be in flight
     for (int i = 0; i < B; ++i) {
       const uint32_t* m = row(size_t(i));
       h_mask_has[i] = m != nullptr;
