@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/log.h"
 
+#include <omp.h>
+
 namespace osprey {
 
 namespace {
@@ -292,7 +294,9 @@ StepMasks Engine::step_masks(const std::vector<Sequence*>& rows) {
   m.compute = [this, rows, words](std::span<const size_t> which) {
     const double t0 = now_s();
     // Rows in parallel: each constraint is its own sequence's (mask caches are shared and locked).
-#pragma omp parallel for schedule(dynamic, 1)
+    // Half the cores at most: the HTTP threads stream the step's tokens meanwhile.
+    const int threads = std::max(1, std::min<int>(int(which.size()), omp_get_num_procs() / 2));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (size_t k = 0; k < which.size(); ++k) {
       const size_t i = which[k];
       if (i >= rows.size() || mask_done_[i]) continue;

@@ -33,7 +33,7 @@ print(f"  {sys.argv[3]}: {steps:.0f} steps, mean step {1e3 * d.get('osprey_engin
       f"computed {d.get('osprey_grammar_masks_computed_total', 0):.0f}")
 PY
 }
-for round in 1 2; do
+for round in 1 2 3; do
   for rf in none json_object; do
     extra=""; [ $rf = json_object ] && extra="--response-format json_object"
     metrics before
