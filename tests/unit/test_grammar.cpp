@@ -231,7 +231,10 @@ bool validate_number(double x, const ojson& s) {
 }
 
 bool validate(const ojson& v, const ojson& s, const ojson& root) {
-  if (s.contains("$ref")) return validate(v, root.at(ojson::json_pointer(s["$ref"].get<std::string>().substr(1))), root);
+  if (s.contains("$ref")) {
+    const std::string ref = s["$ref"].get<std::string>();
+    return validate(v, ref == "#" ? root : root.at(ojson::json_pointer(ref.substr(1))), root);
+  }
   if (s.contains("anyOf")) {
     for (const ojson& a : s["anyOf"])
       if (validate(v, a, root)) return true;
@@ -328,9 +331,17 @@ TEST(GrammarMask, RandomSchemasAlwaysCompleteAndValidate) {
   const TokenIndex& idx = o200k_index();
   auto index = TokenIndex::for_tokenizer(harmony::Tokenizer::embedded_o200k_harmony());
   std::mt19937_64 rng(12345);
+  // 60 random schemas, then recursive ones ($ref through $defs and through the root), 5 runs each.
+  std::vector<ojson> schemas;
+  for (int i = 0; i < 60; ++i) schemas.push_back(random_schema(rng, 0));
+  const ojson tree = ojson::parse(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","minimum":0},
+      "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v","kids"],"additionalProperties":false}},
+      "$ref":"#/$defs/node"})");
+  const ojson list = ojson::parse(R"({"type":"object","properties":{"head":{"type":"string","maxLength":4},
+      "tail":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["head","tail"],"additionalProperties":false})");
+  for (int i = 0; i < 5; ++i) schemas.push_back(tree), schemas.push_back(list);
   int done = 0;
-  for (int trial = 0; trial < 60; ++trial) {
-    ojson schema = random_schema(rng, 0);
+  for (const ojson& schema : schemas) {
     auto g = compile_json_schema(schema);
     MaskCache cache(index, g);
     Matcher m(g);
@@ -362,7 +373,7 @@ TEST(GrammarMask, RandomSchemasAlwaysCompleteAndValidate) {
     EXPECT_TRUE(validate(v, schema, schema)) << schema.dump() << ": invalid: " << doc;
     ++done;
   }
-  EXPECT_EQ(done, 60);
+  EXPECT_EQ(done, int(schemas.size()));
 }
 
 }  // namespace
