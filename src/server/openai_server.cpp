@@ -240,7 +240,8 @@ struct OpenAiServer::Impl {
   };
 
   // ------------------------------------------------------------------ shared request pieces
-  json parse_body(const httplib::Request& req) {
+  // responses: /v1/responses, whose own field list is checked when it is mapped.
+  json parse_body(const httplib::Request& req, bool responses = false) {
     json b;
     try {
       b = parse_request_json(req.body);
@@ -258,7 +259,7 @@ struct OpenAiServer::Impl {
     if (n < 1 || n > engine.config().max_batch)
       throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
                      "invalid_request_error", "n");
-    refuse_unhonoured(b);
+    if (!responses) refuse_unhonoured(b);
     return b;
   }
 
@@ -278,6 +279,13 @@ struct OpenAiServer::Impl {
       refuse("suffix", "insertion is not supported");
     if (const json* v = given("parallel_tool_calls"); v && !v->is_boolean())
       throw ApiError(400, "'parallel_tool_calls' must be a boolean", "invalid_request_error", "parallel_tool_calls");
+    // OpenAI fields that would change the answer and that osprey does not serve.
+    for (const char* key : {"audio", "prediction", "web_search_options", "functions", "function_call"})
+      if (given(key)) refuse(key, "this server serves gpt-oss text chat with `tools` (not audio, predicted outputs, web search or legacy functions)");
+    if (const json* v = given("modalities"); v && *v != json::array({"text"})) refuse("modalities", "only [\"text\"]");
+    if (const json* v = given("store"); v && *v != false) refuse("store", "chat completions are not stored (use /v1/responses)");
+    if (const json* v = given("service_tier"); v && *v != "auto" && *v != "default") refuse("service_tier", "only auto or default");
+    if (const json* v = given("verbosity"); v && *v != "medium") refuse("verbosity", "only medium");
   }
 
   // logit_bias, presence_penalty, frequency_penalty.
@@ -739,7 +747,7 @@ struct OpenAiServer::Impl {
 
   void responses(const httplib::Request& req, httplib::Response& res) {
     auto ticket = admit();
-    json b = parse_body(req);
+    json b = parse_body(req, /*responses=*/true);
     json history = json::array();
     if (auto prev = b.find("previous_response_id"); prev != b.end() && !prev->is_null()) {
       if (!prev->is_string()) throw ApiError(400, "'previous_response_id' must be a string", "invalid_request_error", "previous_response_id");

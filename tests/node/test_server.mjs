@@ -134,12 +134,16 @@ await test("fields osprey does not honour are refused, naming them; their neutra
   for (const [extra, field] of [[{ top_logprobs: 3 }, "top_logprobs"], [{ logprobs: true, top_logprobs: 21 }, "top_logprobs"],
                                 [{ presence_penalty: 3 }, "presence_penalty"], [{ logit_bias: { "-1": 5 } }, "logit_bias"],
                                 [{ logit_bias: { "5": 500 } }, "logit_bias"], [{ response_format: { type: "xml" } }, "response_format"],
-                                [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", minProperties: 1 } } } }, "response_format"]]) {
+                                [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", minProperties: 1 } } } }, "response_format"],
+                                [{ audio: { voice: "alloy", format: "wav" } }, "audio"], [{ modalities: ["text", "audio"] }, "modalities"],
+                                [{ store: true }, "store"], [{ prediction: { type: "content", content: "x" } }, "prediction"],
+                                [{ functions: [{ name: "f" }] }, "functions"], [{ service_tier: "flex" }, "service_tier"]]) {
     const e = await expectStatus(client.chat.completions.create({ ...base, ...extra }), 400);
     assert(e.error?.param === field, `${JSON.stringify(extra)}: ${JSON.stringify(e.error)}`);
   }
   const ok = await client.chat.completions.create({ ...base, logprobs: false, presence_penalty: 0, frequency_penalty: 0,
-                                                    logit_bias: {}, response_format: { type: "text" }, parallel_tool_calls: false });
+                                                    logit_bias: {}, response_format: { type: "text" }, parallel_tool_calls: false,
+                                                    store: false, modalities: ["text"], service_tier: "auto", user: "u1" });
   assert(ok.choices.length === 1);
 });
 
