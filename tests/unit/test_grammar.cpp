@@ -215,7 +215,11 @@ bool validate_string(const std::string& x, const ojson& s) {
         {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
         {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
         {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
-        {"email", R"([a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)+)"}};
+        {"email", R"([a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)+)"},
+        {"time", R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+        {"date-time", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+        {"duration", R"(P((\d+Y)?(\d+M)?(\d+D)?(T(\d+H)?(\d+M)?(\d+S)?)?|\d+W))"},
+        {"hostname", R"([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*)"}};
     if (!std::regex_match(x, std::regex(re.at(s["format"].get<std::string>())))) return false;
   }
   if (s.contains("pattern") && !std::regex_search(x, std::regex(s["pattern"].get<std::string>()))) return false;
@@ -242,6 +246,14 @@ bool validate(const ojson& v, const ojson& s, const ojson& root) {
   }
   if (s.contains("const")) return v == s["const"];
   if (s.contains("enum")) return std::find(s["enum"].begin(), s["enum"].end(), v) != s["enum"].end();
+  if (s.contains("type") && s["type"].is_array()) {
+    for (const ojson& t : s["type"]) {
+      ojson one = s;
+      one["type"] = t;
+      if (validate(v, one, root)) return true;
+    }
+    return false;
+  }
   const std::string t = s.value("type", "");
   if (t == "null") return v.is_null();
   // (no type: not generated)
@@ -261,9 +273,15 @@ bool validate(const ojson& v, const ojson& s, const ojson& root) {
     if (!v.is_object()) return false;
     for (const ojson& r : s.value("required", ojson::array()))
       if (!v.contains(r.get<std::string>())) return false;
+    const ojson props = s.value("properties", ojson::object());
     for (auto it = v.begin(); it != v.end(); ++it) {
-      if (!s["properties"].contains(it.key())) return false;
-      if (!validate(it.value(), s["properties"][it.key()], root)) return false;
+      if (props.contains(it.key())) {
+        if (!validate(it.value(), props[it.key()], root)) return false;
+      } else if (!s.contains("additionalProperties") || s["additionalProperties"] == false) {
+        return false;
+      } else if (s["additionalProperties"].is_object() && !validate(it.value(), s["additionalProperties"], root)) {
+        return false;
+      }
     }
     return true;
   }
@@ -282,7 +300,9 @@ ojson random_schema(std::mt19937_64& rng, int depth) {
         props[name] = random_schema(rng, depth + 1);
         if (pick(3)) req.push_back(name);
       }
-      return {{"type", "object"}, {"properties", props}, {"required", req}, {"additionalProperties", false}};
+      ojson obj = {{"type", "object"}, {"properties", props}, {"required", req}, {"additionalProperties", false}};
+      if (pick(4) == 0) obj["additionalProperties"] = {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}};
+      return obj;
     }
     case 1: {
       ojson s = {{"type", "array"}, {"items", random_schema(rng, depth + 1)}};
@@ -294,10 +314,8 @@ ojson random_schema(std::mt19937_64& rng, int depth) {
     case 2: {
       ojson s = {{"type", "string"}};
       const int f = pick(8);
-      if (f == 0) s["format"] = "date";
-      else if (f == 1) s["format"] = "uuid";
-      else if (f == 2) s["format"] = "ipv4";
-      else if (f == 3) s["format"] = "email";
+      static const char* kFormats[] = {"date", "uuid", "ipv4", "email", "time", "date-time", "duration", "hostname"};
+      if (f < 4) s["format"] = kFormats[f + 4 * int(pick(2))];
       else if (f == 4) s["pattern"] = "^[a-z]{2,5}(-[0-9]+)?$";
       else if (f == 5) s["enum"] = {"alpha", "beta gamma", "d\u00e9j\u00e0"};
       else {
@@ -308,8 +326,9 @@ ojson random_schema(std::mt19937_64& rng, int depth) {
     }
     case 3: {
       ojson s = {{"type", "integer"}};
-      if (pick(2)) s["minimum"] = int(pick(200)) - 100;
-      if (pick(2)) s["maximum"] = s.value("minimum", -100) + 1 + pick(1000);
+      if (pick(3) == 0) s["exclusiveMinimum"] = int(pick(200)) - 100;
+      else if (pick(2)) s["minimum"] = int(pick(200)) - 100;
+      if (pick(2)) s["maximum"] = std::max(s.value("minimum", -100), s.value("exclusiveMinimum", -100)) + 2 + int(pick(1000));
       return s;
     }
     case 4: {
@@ -339,7 +358,10 @@ TEST(GrammarMask, RandomSchemasAlwaysCompleteAndValidate) {
       "$ref":"#/$defs/node"})");
   const ojson list = ojson::parse(R"({"type":"object","properties":{"head":{"type":"string","maxLength":4},
       "tail":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["head","tail"],"additionalProperties":false})");
-  for (int i = 0; i < 5; ++i) schemas.push_back(tree), schemas.push_back(list);
+  const ojson defs = ojson::parse(R"({"definitions":{"pt":{"type":"object","properties":{"x":{"type":"number","exclusiveMinimum":-1,
+      "maximum":1},"tag":{"type":["string","null"],"maxLength":3}},"required":["x","tag"],"additionalProperties":false}},
+      "type":"array","items":{"$ref":"#/definitions/pt"},"minItems":1,"maxItems":3})");
+  for (int i = 0; i < 5; ++i) schemas.push_back(tree), schemas.push_back(list), schemas.push_back(defs);
   int done = 0;
   for (const ojson& schema : schemas) {
     auto g = compile_json_schema(schema);
