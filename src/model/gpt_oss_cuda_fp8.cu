@@ -626,11 +626,15 @@ struct GptOssCudaFp8::Impl {
   }
 
   std::vector<int32_t> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
-    const int b = decode_step(slots, tokens);
-    std::vector<int32_t> out(b);
-    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, b * 4, cudaMemcpyDeviceToHost, stream));
+    decode_step(slots, tokens);
+    return selected_ids(slots.size());
+  }
+
+  // The step's selected ids of its first n rows (d_out_id), once the stream is done.
+  std::vector<int32_t> selected_ids(size_t n) {
+    std::vector<int32_t> out(n);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, n * 4, cudaMemcpyDeviceToHost, stream));
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    out.resize(slots.size());
     return out;
   }
 
@@ -644,11 +648,7 @@ struct GptOssCudaFp8::Impl {
     const int b = decode_step(slots, tokens);
     p.resize(size_t(b));
     cuda::sample_rows(logits.ptr, b, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
-    std::vector<int32_t> out(b);
-    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, b * 4, cudaMemcpyDeviceToHost, stream));
-    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    out.resize(slots.size());
-    return out;
+    return selected_ids(slots.size());
   }
 
   // Token masks of rows [0, B) to the device (through pinned memory): d_masks [B][words] and
@@ -687,18 +687,14 @@ struct GptOssCudaFp8::Impl {
     if (rows.size() != slots.size()) fail_plain("decode_masked: one sampling row per slot");
     std::vector<cuda::SampleRow> p(slots.size());
     for (size_t i = 0; i < rows.size(); ++i) p[i] = sample_row(rows[i]);
-    const int b = decode_step(slots, tokens);
+    decode_step(slots, tokens);
     compute();  // host work, overlapping the graph
     const int B = int(slots.size());
     upload_masks(B, row);
     cuda::mask_logits_rows(logits.ptr, B, cfg.vocab, d_masks.ptr, d_mask_has.ptr, stream);
     cuda::argmax_rows(logits.ptr, d_out_id.ptr, B, cfg.vocab, stream);
     cuda::sample_rows(logits.ptr, B, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
-    std::vector<int32_t> out(b);
-    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, B * 4, cudaMemcpyDeviceToHost, stream));
-    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    out.resize(slots.size());
-    return out;
+    return selected_ids(slots.size());
   }
 
   std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens) {

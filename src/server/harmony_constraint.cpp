@@ -1,7 +1,5 @@
 #include "server/harmony_constraint.h"
 
-#include <limits>
-
 #include "harmony/o200k.h"
 
 namespace osprey::server {

@@ -399,16 +399,21 @@ struct OpenAiServer::Impl {
   void chat(const httplib::Request& req, httplib::Response& res) {
     auto ticket = admit();
     json b = parse_body(req);
-    std::vector<harmony::Message> conv;
+    run_chat(b, conversation(b, "messages"), res, ticket);
+  }
+
+  // A chat-form request as a Harmony conversation; errors name the field (`input_field` where
+  // the mapping blames the messages: "messages" for chat, "input" for responses).
+  std::vector<harmony::Message> conversation(const json& chat, const char* input_field) {
     try {
-      conv = harmony::conversation_from_chat_request(
-          b, {.current_date = harmony::today_utc(), .max_prompt_bytes = size_t(engine.config().max_seq_len) * kMaxBytesPerToken});
+      return harmony::conversation_from_chat_request(
+          chat, {.current_date = harmony::today_utc(), .max_prompt_bytes = size_t(engine.config().max_seq_len) * kMaxBytesPerToken});
     } catch (const harmony::PromptTooLong& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", "messages", "context_length_exceeded");
+      throw ApiError(400, e.what(), "invalid_request_error", input_field, "context_length_exceeded");
     } catch (const Error& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", field_of(e.what(), "messages"));
+      const std::string f = field_of(e.what(), "messages");
+      throw ApiError(400, e.what(), "invalid_request_error", f == "messages" ? input_field : f);
     }
-    run_chat(b, conv, res, ticket);
   }
 
   // A chat request's conversation rendered, constrained and submitted (n choices).
@@ -766,16 +771,7 @@ struct OpenAiServer::Impl {
     } catch (const FieldError& e) {
       throw ApiError(400, e.what(), "invalid_request_error", e.param);
     }
-    std::vector<harmony::Message> conv;
-    try {
-      conv = harmony::conversation_from_chat_request(
-          chat, {.current_date = harmony::today_utc(), .max_prompt_bytes = size_t(engine.config().max_seq_len) * kMaxBytesPerToken});
-    } catch (const harmony::PromptTooLong& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", "input", "context_length_exceeded");
-    } catch (const Error& e) {
-      const std::string f = field_of(e.what(), "input");
-      throw ApiError(400, e.what(), "invalid_request_error", f == "messages" ? "input" : f);
-    }
+    const std::vector<harmony::Message> conv = conversation(chat, "input");
     Prepared p = prepare_chat(chat, conv, *ticket);
     const bool stream = get_field<bool>(b, "stream", false), keep = get_field<bool>(b, "store", true);
     const std::string id = new_id("resp_");

@@ -118,9 +118,12 @@ std::optional<HarmonyConstraintSpec> structured_spec(const ojson& req, const std
   if (!constrained && budget < 0) return std::nullopt;
   if (budget < 0) budget = settings.default_reasoning_budget;
   if (constrained) {
-    int64_t payload = spec.final_grammar ? spec.final_grammar->matcher().grammar().nodes[size_t(spec.final_grammar->matcher().grammar().root)].min_bytes : 0;
-    for (auto& [n, g] : spec.call_grammars)
-      payload = std::max(payload, g->matcher().grammar().nodes[size_t(g->matcher().grammar().root)].min_bytes);
+    auto min_document = [](const grammar::MaskCache& c) {
+      const grammar::Grammar& g = c.matcher().grammar();
+      return g.nodes[size_t(g.root)].min_bytes;
+    };
+    int64_t payload = spec.final_grammar ? min_document(*spec.final_grammar) : 0;
+    for (auto& [n, g] : spec.call_grammars) payload = std::max(payload, min_document(*g));
     const int64_t header = 32;  // a call header and the restart after the analysis
     budget = int(std::min<int64_t>(budget, std::max<int64_t>(0, (max_tokens - header - std::min<int64_t>(payload, 1 << 20)) / 2)));
   }
