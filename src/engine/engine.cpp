@@ -118,7 +118,10 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   auto handle = std::make_shared<RequestHandle>();
   {
     std::lock_guard lk(mu_);
-    if (scheduler_.waiting() + int(incoming_.size()) >= cfg_.max_queue) {
+    // Every request not finished (running, waiting, or not yet seen by the engine thread) counts:
+    // the scheduler's own counts lag behind submissions (and belong to the engine thread), so a
+    // burst that fits max_batch + max_queue was refused before the engine had started any of it.
+    if (int(active_.size()) >= cfg_.max_batch + cfg_.max_queue) {
       ++metrics_.requests_rejected;
       throw QueueFull("the request queue is full");
     }

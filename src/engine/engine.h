@@ -115,7 +115,7 @@ class RequestHandle {
 struct EngineConfig {
   int max_batch = 64;
   int max_batched_tokens = 512;
-  int max_queue = 256;        // waiting requests beyond this are refused (HTTP 429)
+  int max_queue = 256;        // requests beyond max_batch + max_queue unfinished are refused (HTTP 429)
   int max_seq_len = 4096;     // prompt + generated tokens
   int kv_block_size = 16;
   int kv_blocks = 0;          // 0: enough for max_batch sequences of max_seq_len

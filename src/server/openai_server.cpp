@@ -136,11 +136,14 @@ struct OpenAiServer::Impl {
     int count = 0;
     void add(int k) {
       const int limit = srv.engine.config().max_batch + srv.engine.config().max_queue;
-      if ((srv.admitted += k) > limit) {
-        srv.admitted -= k;
-        throw ApiError(429, fmt::format("The server is at capacity ({} sequences running or waiting); retry shortly", limit),
-                       "rate_limit_error", "", "queue_full");
-      }
+      // Taken only if it fits: a refused request never holds a ticket, not even for a moment (an
+      // add-then-undo let a burst of refusals crowd out requests that fitted).
+      int held = srv.admitted.load();
+      do {
+        if (held + k > limit)
+          throw ApiError(429, fmt::format("The server is at capacity ({} sequences running or waiting); retry shortly", limit),
+                         "rate_limit_error", "", "queue_full");
+      } while (!srv.admitted.compare_exchange_weak(held, held + k));
       count += k;
     }
     ~Ticket() { srv.admitted -= count; }
