@@ -1,5 +1,6 @@
 // The node tests' shared harness: named tests with a pass/fail tally and the plain closing line,
-// and `osprey serve` started on a loopback port (a random one, or 0 for the server's choice), waited
+// and `osprey serve` started on a loopback port (by default 0: the server picks a free one and logs it; a
+// random fixed port could collide with one in use), waited
 // for until /health answers. Every wait is bounded.
 import { spawn } from "node:child_process";
 
@@ -21,7 +22,7 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // `osprey serve --model MODEL --host 127.0.0.1 --port P ...extra`; resolves once /health answers on
 // the port the server logged. Fails at once if the server exits, after `seconds` if it never answers.
-export async function startServer(osprey, model, extra = [], { port = 20000 + Math.floor(Math.random() * 20000), seconds = 60 } = {}) {
+export async function startServer(osprey, model, extra = [], { port = 0, seconds = 60 } = {}) {
   const proc = spawn(osprey, ["serve", "--model", model, "--host", "127.0.0.1", "--port", String(port), ...extra],
                      { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
