@@ -12,6 +12,7 @@
 
 #include "cli/bench_cuda.h"
 #include "cli/commands.h"
+#include "engine/cuda_runner.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/gpt_oss_cost.h"
@@ -41,12 +42,13 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   log_info("device copy bandwidth {:.0f} GB/s (read + write)", bw / 1e9);
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
-  GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .prefill_chunk = a.prefill_chunk,
-                          .graphs = a.graphs, .kv_pages = -1});
+  GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs});
+  CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
-  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU, {} KV pages", load_s, model.weight_bytes() / 1e9,
-           model.free_kv_pages());
+  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU, {} KV blocks of {} positions ({:.1f} GB)", load_s,
+           model.weight_bytes() / 1e9, model.kv_blocks(), GptOssCudaFp8::kBlockPositions,
+           model.kv_blocks() * model.kv_block_bytes() / 1e9);
   const double usd_per_s = a.usd_per_gpu_hour / 3600.0;
   std::mt19937_64 rng(a.seed);
   auto random_tokens = [&](int n) {
@@ -68,12 +70,12 @@ void run_bench_cuda(const BenchCudaArgs& a) {
     std::vector<int32_t> prompt = random_tokens(n);
     double best = 1e30;
     for (int rep = 0; rep < a.prefill_reps; ++rep) {
-      model.release(0);
+      seqs.release(0);
       auto t = clock_type::now();
-      model.prefill_argmax(0, prompt);
+      seqs.prefill_select(0, prompt);
       best = std::min(best, seconds_since(t));
     }
-    model.release(0);
+    seqs.release(0);
     const double flops = prefill_flops(c, n), tflops = flops / best / 1e12;
     const double usd = usd_per_s * best / n * 1e6;
     out["prefill"].push_back({{"tokens", n}, {"seconds", best}, {"tokens_per_s", n / best}, {"tflops", tflops},
@@ -91,13 +93,13 @@ void run_bench_cuda(const BenchCudaArgs& a) {
       nlohmann::json row = {{"context", ctx}, {"batch", b}};
       try {
         std::vector<int32_t> slots(b), toks = random_tokens(b);
-        for (int i = 0; i < b; ++i) slots[i] = i, model.fill_random(i, ctx);
+        for (int i = 0; i < b; ++i) slots[i] = i, seqs.fill_random(i, ctx);
         std::mt19937_64 draws(a.seed);
         std::vector<GptOssCudaFp8::RowSampling> rows(b);
         auto step_tokens = [&](std::span<const int32_t> in) {
-          if (a.temperature <= 0.0f) return model.decode_argmax(slots, in);
-          for (auto& r : rows) r = {a.temperature, a.top_p, a.top_k, std::uniform_real_distribution<double>(0.0, 1.0)(draws)};
-          return model.decode_sample(slots, in, rows);
+          if (a.temperature > 0.0f)
+            for (auto& r : rows) r = {a.temperature, a.top_p, a.top_k, std::uniform_real_distribution<double>(0.0, 1.0)(draws)};
+          return seqs.decode_select(slots, in, rows);
         };
         std::vector<int32_t> next = step_tokens(toks);  // warm-up: captures the bucket's graph
         model.synchronize();
@@ -115,7 +117,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
         row["error"] = e.what();
         fmt::print("| {} | {} | — | does not fit: {} | | | |\n", ctx, b, e.what());
       }
-      for (int i = 0; i < b; ++i) model.release(i);
+      for (int i = 0; i < b; ++i) seqs.release(i);
       out["decode"].push_back(row);
     }
   if (!a.json.empty()) {

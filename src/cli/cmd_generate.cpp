@@ -64,7 +64,8 @@ void add_generate(CLI::App& app) {
     if (args->backend == "cuda") {
       if (args->precision.empty() || args->precision == "fp8") {
         fp8_model = std::make_unique<GptOssCudaFp8>(
-            w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .prefill_chunk = 2048, .graphs = true});
+            w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = true,
+                                      .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4});
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };
       } else {
         if (!opt.sampling.greedy()) fail("--backend cuda --precision {} generates greedily; pass --greedy", args->precision);

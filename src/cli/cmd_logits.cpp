@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "core/npy.h"
 #include "model/gpt_oss_cuda.h"
+#include "engine/cuda_runner.h"
 #include "model/gpt_oss_cuda_fp8.h"
 #include "model/gpt_oss_forward.h"
 
@@ -31,9 +32,12 @@ void add_logits(CLI::App& app) {
     std::vector<float> logits;
     const std::string prec = args->precision.empty() ? (args->backend == "cuda" ? "fp8" : "fp32") : args->precision;
     if (args->backend == "cuda" && prec == "fp8") {
-      GptOssCudaFp8 model(w, {.slots = 1, .max_context = int(tokens.size()), .prefill_chunk = 2048, .graphs = false,
-                                .kv_pages = 0, .cublaslt = !args->no_cublaslt});
-      logits = model.prefill(0, tokens, /*all_logits=*/true);
+      const int ctx = int(tokens.size());
+      GptOssCudaFp8 model(w, {.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = false,
+                              .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4,
+                              .cublaslt = !args->no_cublaslt});
+      CudaSlots seqs(model);
+      logits = seqs.prefill_logits(0, tokens, /*all=*/true);
     } else if (args->backend == "cuda") {
       GptOssCudaModel model(w, int(tokens.size()), prec == "fp32" ? GptOssCudaModel::Precision::FP32
                                                                   : GptOssCudaModel::Precision::BF16);

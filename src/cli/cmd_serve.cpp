@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#include "engine/slot_runner.h"
+#include "engine/cuda_runner.h"
 #include "model/gpt_oss_cuda_fp8.h"
 #include "harmony/tokenizer.h"
 #include "server/openai_server.h"
@@ -27,9 +27,10 @@ void on_signal(int) {
 void add_serve(CLI::App& app) {
   struct Args {
     std::string model, host = "127.0.0.1", backend = "cpu", name;
-    int port = 8000, max_batch = 64, max_seq_len = 4096, max_queue = 256, kv_blocks = 0, max_batched_tokens = 512;
+    int port = 8000, max_batch = 64, max_seq_len = 0, max_queue = 256, kv_blocks = 0, max_batched_tokens = 0;
     int reasoning_budget = 1024;
-    double kv_cache_gib = 4.0;
+    double kv_cache_gib = 4.0, gpu_memory_utilization = 0.90;
+    bool no_prefix_caching = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
@@ -39,12 +40,24 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "cpu | cuda (the FP8 path; decode steps batched as CUDA graphs)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--max-batch", args->max_batch, "sequences decoded together")->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-seq-len", args->max_seq_len, "context per request (prompt + output)")->check(CLI::Range(16, 131072));
+  cmd->add_option("--max-seq-len", args->max_seq_len,
+                  "context per request (prompt + output); 0: the model's (131,072 for gpt-oss)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-batched-tokens", args->max_batched_tokens, "tokens per engine step")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-blocks", args->kv_blocks, "KV-cache blocks of 16 tokens (0: from --kv-cache-gib)")
+  cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
+                  "tokens per engine step: every decode token and the prompt chunks that fit (0: 2048 on cuda, 512 on cpu)")
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--kv-blocks", args->kv_blocks,
+                  "KV-cache blocks (16 positions on cpu, 64 on cuda); 0: from --kv-cache-gib (cpu) or "
+                  "--gpu-memory-utilization (cuda)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "KV-cache memory when --kv-blocks is 0")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "cpu: KV-cache memory when --kv-blocks is 0")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
+                  "cuda: fraction of the GPU's memory for the weights, scratch and KV cache together (the KV cache "
+                  "takes what the rest leaves)")
+      ->check(CLI::Range(0.05, 1.0));
+  cmd->add_flag("--no-prefix-caching", args->no_prefix_caching,
+                "compute every prompt in full (default: KV blocks of a shared token prefix are reused)");
   cmd->add_option("--reasoning-budget", args->reasoning_budget,
                   "analysis tokens a constrained request (response_format, strict or forced tool calls) may spend "
                   "before its answer is forced; a request's reasoning_budget overrides it")
@@ -55,38 +68,48 @@ void add_serve(CLI::App& app) {
     log_info("loading {}", args->model);
     GptOssWeights w = GptOssWeights::load(args->model);
     harmony::Tokenizer tok = harmony::Tokenizer::for_model_dir(args->model);
-    EngineConfig ec{.max_batch = args->max_batch, .max_batched_tokens = args->max_batched_tokens,
-                    .max_queue = args->max_queue, .max_seq_len = std::min(args->max_seq_len, w.config.max_position_embeddings),
-                    .kv_block_size = 16, .kv_blocks = args->kv_blocks};
-    // The model and its runner: the CPU engine over the engine's paged KV, or the GPU with its own
-    // KV in one slot per running sequence (the engine's pool then only counts blocks).
+    const GptOssConfig& mc = w.config;
+    if (args->max_seq_len > mc.max_position_embeddings)
+      fail("--max-seq-len {} is past the model's context of {} positions", args->max_seq_len, mc.max_position_embeddings);
+    const bool cuda = args->backend == "cuda";
+    EngineConfig ec{.max_batch = args->max_batch,
+                    .max_batched_tokens = args->max_batched_tokens > 0 ? args->max_batched_tokens : cuda ? 2048 : 512,
+                    .max_queue = args->max_queue,
+                    .max_seq_len = args->max_seq_len > 0 ? args->max_seq_len : mc.max_position_embeddings,
+                    .kv_block_size = 16,
+                    .kv_blocks = args->kv_blocks,
+                    .prefix_caching = !args->no_prefix_caching};
+    // The model and its runner: the CPU engine over KV the engine stores, or the GPU, whose KV
+    // memory the model holds and the engine's block manager places (sized from what is left).
     std::unique_ptr<GptOssCpuModel> cpu_model;
     std::unique_ptr<GptOssCudaFp8> gpu_model;
-    std::unique_ptr<CudaSlotModel> gpu_slots;
     std::unique_ptr<ModelRunner> runner;
-    if (args->backend == "cuda") {
+    double block_bytes = 0;
+    if (cuda) {
       gpu_model = std::make_unique<GptOssCudaFp8>(
-          w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len, .prefill_chunk = 2048, .graphs = true});
-      gpu_slots = std::make_unique<CudaSlotModel>(*gpu_model);
-      runner = std::make_unique<SlotModelRunner>(*gpu_slots);
-      if (ec.kv_blocks == 0) ec.kv_blocks = ec.max_batch * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
+          w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len,
+                                    .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = ec.kv_blocks,
+                                    .gpu_memory_utilization = args->gpu_memory_utilization});
+      block_bytes = gpu_model->kv_block_bytes();
+      runner = std::make_unique<CudaModelRunner>(*gpu_model);
     } else {
       cpu_model = std::make_unique<GptOssCpuModel>(w);
       runner = std::make_unique<CpuModelRunner>(*cpu_model);
+      int per_group[2] = {0, 0};
+      for (bool sl : mc.layer_is_sliding) ++per_group[sl ? 1 : 0];
+      block_bytes = 2.0 * std::max(per_group[0], per_group[1]) * ec.kv_block_size * mc.kv_dim() * sizeof(float);
+      if (ec.kv_blocks == 0) {
+        const long wanted = long(ec.max_batch) * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
+        ec.kv_blocks = int(std::max(1L, std::min(wanted, long(args->kv_cache_gib * double(1ull << 30) / block_bytes))));
+      }
     }
-    if (ec.kv_blocks == 0) {  // enough for every sequence at full length, within the memory budget
-      const double block_bytes = 2.0 * w.config.num_layers * ec.kv_block_size * w.config.kv_dim() * sizeof(float);
-      const long wanted = long(ec.max_batch) * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
-      ec.kv_blocks = int(std::max(1L, std::min(wanted, long(args->kv_cache_gib * double(1ull << 30) / block_bytes))));
-      log_info("KV cache: {} blocks of {} tokens ({:.2f} GiB)", ec.kv_blocks, ec.kv_block_size,
-               ec.kv_blocks * block_bytes / double(1ull << 30));
-    }
-    const long kv_tokens = long(ec.kv_blocks) * ec.kv_block_size;
-    if (kv_tokens < ec.max_seq_len)
-      fail("the KV cache holds {} tokens ({} blocks of {}), less than one request of the context, {} tokens: give "
-           "--kv-blocks {} or more, a larger --kv-cache-gib, or a smaller --max-seq-len",
-           kv_tokens, ec.kv_blocks, ec.kv_block_size, ec.max_seq_len, (ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
     Engine engine(std::move(runner), ec);
+    const long kv_tokens = long(engine.kv_blocks()) * engine.kv_block_size();
+    log_info("KV cache: {} blocks of {} positions ({:.2f} GiB), {} tokens of full-attention KV; prefix caching {}",
+             engine.kv_blocks(), engine.kv_block_size(), engine.kv_blocks() * block_bytes / double(1ull << 30), kv_tokens,
+             ec.prefix_caching ? "on" : "off");
+    if (kv_tokens < ec.max_seq_len)
+      log_info("the KV cache holds fewer positions than the context ({}): longer requests get a 400", ec.max_seq_len);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
     if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();
     server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name, .reasoning_budget = args->reasoning_budget});

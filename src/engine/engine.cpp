@@ -50,6 +50,23 @@ std::vector<std::vector<float>> CpuModelRunner::run(const StepPlan& plan) {
   return out;
 }
 
+std::vector<int32_t> CpuModelRunner::run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
+                                                const StepMasks* masks) {
+  if (!selects_) return ModelRunner::run_select(plan, choices, masks);
+  std::vector<std::vector<float>> logits = run(plan);
+  if (logits.size() != choices.size()) fail("run_select: {} choices for {} sampling chunks", choices.size(), logits.size());
+  std::vector<size_t> all(logits.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (masks) masks->compute(all);
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (const uint32_t* m = masks ? masks->row(i) : nullptr)
+      apply_token_mask(std::span(m, (logits[i].size() + 31) / 32), logits[i]);
+    ids[i] = choose_token(logits[i], choices[i]);
+  }
+  return ids;
+}
+
 bool RequestHandle::next(TokenEvent& ev) {
   std::unique_lock lk(mu_);
   cv_.wait(lk, [&] { return !events_.empty() || done_; });
@@ -68,17 +85,38 @@ void RequestHandle::push(TokenEvent ev) {
   cv_.notify_all();
 }
 
-static int default_blocks(const EngineConfig& c) {
-  return c.kv_blocks > 0 ? c.kv_blocks : c.max_batch * ((c.max_seq_len + c.kv_block_size - 1) / c.kv_block_size);
+namespace {
+// The block pool: the runner's when its model keeps the KV (GPU memory decides), else enough
+// for max_batch sequences of max_seq_len unless configured.
+KvLayout kv_layout(const ModelRunner& r, const EngineConfig& c) {
+  const GptOssConfig& m = r.config();
+  KvLayout L;
+  L.layer_sliding = m.layer_is_sliding;
+  L.window = m.sliding_window;
+  L.num_kv_heads = m.num_kv_heads, L.head_dim = m.head_dim;
+  L.block_size = r.kv_block_size() > 0 ? r.kv_block_size() : c.kv_block_size;
+  const int per_seq = (c.max_seq_len + L.block_size - 1) / L.block_size;
+  L.num_blocks = r.kv_blocks() > 0 ? r.kv_blocks() : c.kv_blocks > 0 ? c.kv_blocks : c.max_batch * per_seq;
+  L.storage = r.uses_host_kv();
+  L.prefix_caching = c.prefix_caching;
+  // The model's identity in every block hash (one engine serves one model; this keeps caches
+  // that might be shared later apart).
+  uint64_t salt = 0x6f737072657931ull;
+  for (int64_t v : {int64_t(m.vocab), int64_t(m.hidden), int64_t(m.num_layers), int64_t(m.num_experts),
+                    int64_t(m.num_heads), int64_t(m.num_kv_heads), int64_t(m.head_dim), int64_t(m.sliding_window)})
+    salt = (salt ^ uint64_t(v)) * 0x100000001b3ull;
+  L.salt = salt;
+  return L;
 }
+}  // namespace
 
 Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
     : runner_(std::move(runner)),
       cfg_(cfg),
-      pool_(runner_->config().num_layers, runner_->config().num_kv_heads, runner_->config().head_dim,
-            cfg.kv_block_size, default_blocks(cfg), runner_->uses_host_kv()),
-      scheduler_(pool_, {.max_batch = cfg.max_batch, .max_batched_tokens = cfg.max_batched_tokens}) {
-  metrics_.kv_blocks_free = pool_.free_blocks();
+      kv_(kv_layout(*runner_, cfg)),
+      scheduler_(kv_, {.max_batch = cfg.max_batch, .max_batched_tokens = cfg.max_batched_tokens}) {
+  metrics_.kv_blocks_free = kv_.available_blocks();
+  metrics_.kv_blocks_total = kv_.num_blocks();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -102,8 +140,9 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   if (int(req.prompt.size()) >= cfg_.max_seq_len)
     fail("the prompt has {} tokens; the context is {} (--max-seq-len)", req.prompt.size(), cfg_.max_seq_len);
   if (total > cfg_.max_seq_len) req.max_tokens = cfg_.max_seq_len - int(req.prompt.size());
-  if (pool_.blocks_for(std::min(total, cfg_.max_seq_len)) > pool_.num_blocks())
-    fail("the request needs more KV blocks than the cache has");
+  if (kv_.peak_blocks(std::min(total, cfg_.max_seq_len), cfg_.max_batched_tokens) > kv_.num_blocks())
+    fail("the request needs {} KV blocks of {} positions; the cache has {}", kv_.peak_blocks(std::min(total, cfg_.max_seq_len),
+         cfg_.max_batched_tokens), kv_.block_size(), kv_.num_blocks());
   req.sampling.validate();
   auto seq = std::make_unique<Sequence>();
   seq->tokens = req.prompt;
@@ -149,6 +188,7 @@ void Engine::finish(int64_t id, FinishReason r, const std::string& error) {
     auto it = active_.find(id);
     if (it == active_.end()) return;
     h = it->second.handle;
+    if (r == FinishReason::Stop || r == FinishReason::Length) metrics_.e2e.observe(now_s() - it->second.submitted);
     active_.erase(it);
     ++metrics_.requests_finished;
     if (r == FinishReason::Cancelled) ++metrics_.requests_cancelled;
@@ -224,13 +264,13 @@ void Engine::step() {
     for (auto& c : plan.chunks) finish(c.seq->id, FinishReason::Error, e.what());
     return;
   }
+  scheduler_.commit(plan);  // positions computed; completed blocks enter the prefix cache
   size_t li = 0;
   std::vector<std::pair<int64_t, FinishReason>> done;
   std::vector<std::pair<int64_t, std::string>> failed;  // a constraint threw: the request ends with it
   const double t = now_s();
   for (ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
-    s.num_computed = c.start + c.count;
     if (!c.sample) continue;
     int32_t tok;
     std::optional<TokenLogprobs> lps;
@@ -325,8 +365,11 @@ void Engine::update_gauges() {
   std::lock_guard lk(mu_);
   metrics_.queue_depth = scheduler_.waiting() + int(incoming_.size());
   metrics_.running = scheduler_.running();
-  metrics_.kv_blocks_used = pool_.used_blocks();
-  metrics_.kv_blocks_free = pool_.free_blocks();
+  metrics_.kv_blocks_used = kv_.used_blocks();
+  metrics_.kv_blocks_free = kv_.available_blocks();
+  metrics_.kv_blocks_cached = kv_.cached_blocks();
+  metrics_.kv_usage = kv_.usage();
+  metrics_.prefix = kv_.stats();
 }
 
 }  // namespace osprey

@@ -40,8 +40,13 @@ class ModelRunner {
   virtual const GptOssConfig& config() const = 0;
   // The sequence finished, was cancelled or preempted: whatever the runner keeps for it goes.
   virtual void release(int64_t seq_id) {}
-  // Whether the model reads and writes the engine's paged KV (false: the pool only counts blocks).
+  // Whether the model reads and writes the engine's paged KV on the host (false: the blocks only
+  // place the KV, which the model keeps in its own memory: the GPU).
   virtual bool uses_host_kv() const { return true; }
+  // A runner whose model keeps the KV says how it is cut: positions per block and blocks in its
+  // memory (0: the engine's configuration decides).
+  virtual int kv_block_size() const { return 0; }
+  virtual int kv_blocks() const { return 0; }
   // Runners that can select tokens themselves (on the GPU, without copying logits to the host)
   // say so and implement run_select: the token of every chunk that samples, in plan order, as
   // choose_token would pick it from that chunk's logits with choices[i]. The engine uses it for
@@ -52,14 +57,21 @@ class ModelRunner {
                                           const StepMasks* masks = nullptr);
 };
 
+// The CPU model over the engine's paged KV: one batched forward per step. selects = true: it
+// also selects tokens itself (on the host, from the same logits), which tests use to check the
+// engine's selecting path without a GPU.
 class CpuModelRunner final : public ModelRunner {
  public:
-  explicit CpuModelRunner(const GptOssCpuModel& m) : model_(m) {}
+  explicit CpuModelRunner(const GptOssCpuModel& m, bool selects = false) : model_(m), selects_(selects) {}
   std::vector<std::vector<float>> run(const StepPlan& plan) override;
   const GptOssConfig& config() const override { return model_.config(); }
+  bool selects_tokens() const override { return selects_; }
+  std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
+                                  const StepMasks* masks = nullptr) override;
 
  private:
   const GptOssCpuModel& model_;
+  bool selects_;
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
@@ -117,8 +129,9 @@ struct EngineConfig {
   int max_batched_tokens = 512;
   int max_queue = 256;        // requests beyond max_batch + max_queue unfinished are refused (HTTP 429)
   int max_seq_len = 4096;     // prompt + generated tokens
-  int kv_block_size = 16;
-  int kv_blocks = 0;          // 0: enough for max_batch sequences of max_seq_len
+  int kv_block_size = 16;     // unless the runner's model decides (the GPU's pages)
+  int kv_blocks = 0;          // 0: the runner's, else enough for max_batch sequences of max_seq_len
+  bool prefix_caching = true;
 };
 
 struct Histogram {
@@ -133,9 +146,16 @@ struct Histogram {
 struct EngineMetrics {
   uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_rejected = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
-  int queue_depth = 0, running = 0, kv_blocks_used = 0, kv_blocks_free = 0;
-  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
-  Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  int queue_depth = 0, running = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0, kv_blocks_total = 0;
+  double kv_usage = 0;  // blocks held by sequences / all blocks (cached-only blocks count as free)
+  PrefixCacheStats prefix;
+  // vLLM's bucket bounds, so that dashboards and gateways built for it read these unchanged.
+  Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                  40.0, 80.0, 160.0, 640.0, 2560.0}};
+  Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                 7.5, 10.0, 20.0, 40.0, 80.0}};
+  Histogram e2e{{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                 480.0, 960.0, 1920.0, 7680.0}};
   Histogram step{{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.1, 0.25, 1}};
   // Host time computing token masks per step that had constrained rows (overlapping the GPU step
   // when the runner selects tokens itself), and the rows masked.
@@ -157,6 +177,8 @@ class Engine {
   EngineMetrics metrics();
   const EngineConfig& config() const { return cfg_; }
   const GptOssConfig& model_config() const { return runner_->config(); }
+  int kv_block_size() const { return kv_.block_size(); }
+  int kv_blocks() const { return kv_.num_blocks(); }
 
  private:
   struct Active {
@@ -178,7 +200,7 @@ class Engine {
 
   std::unique_ptr<ModelRunner> runner_;
   EngineConfig cfg_;
-  KvBlockPool pool_;
+  KvBlockManager kv_;
   Scheduler scheduler_;
   std::mutex mu_;  // guards incoming_, active_, metrics_
   std::condition_variable cv_;

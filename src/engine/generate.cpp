@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "model/gpt_oss_cuda.h"
-#include "engine/slot_runner.h"
+#include "engine/cuda_runner.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
 namespace osprey {
@@ -90,18 +90,17 @@ std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vec
 
 std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                    GenerateStats* stats) {
-  // Through the server's slot model: the same token selection on the GPU, with the generator's
-  // draws in sample()'s order (the token stream generate() would give from the same logits).
-  CudaSlotModel slots(model);
+  // The token selection the server's runner does on the GPU, with the generator's draws in
+  // sample()'s order (the token stream generate() would give from the same logits).
+  CudaSlots slots(model);
   const int32_t slot = 0;
-  slots.release(slot);
   Sampler sampler(opt.sampling);
   return token_loop(
       model.config(), prompt, opt, stats,
-      [&](const std::vector<int32_t>& p) { return slots.prefill_select(slot, p, sampler.next_choice()); },
+      [&](const std::vector<int32_t>& p) { return slots.prefill_select(slot, p, row_sampling(sampler.next_choice())); },
       [&](int32_t t) {
-        const TokenChoice c = sampler.next_choice();
-        return slots.decode_select(std::span(&slot, 1), std::span(&t, 1), std::span(&c, 1))[0];
+        const GptOssCudaFp8::RowSampling r = row_sampling(sampler.next_choice());
+        return slots.decode_select(std::span(&slot, 1), std::span(&t, 1), std::span(&r, 1))[0];
       });
 }
 

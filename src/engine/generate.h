@@ -24,8 +24,8 @@ struct GenerateStats {
 
 class GptOssCudaModel;
 class GptOssCudaFp8;
-// Generation on the FP8 CUDA path (slot 0, which it releases first; decode steps are graphs):
-// greedy, or sampled on the GPU with opt.sampling's generator, through CudaSlotModel.
+// Generation on the FP8 CUDA path (slot 0 of a CudaSlots; decode steps are graphs):
+// greedy, or sampled on the GPU with opt.sampling's generator.
 std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                    GenerateStats* stats = nullptr);
 // Greedy generation on the CUDA backend (argmax on the GPU; only ids cross to the host).

@@ -1,6 +1,6 @@
 // KV storage for the CPU engine: fp32 post-RoPE keys and values per layer. SequenceKv is what
 // the forward pass reads and appends to; KvCache is one sequence's contiguous cache (sliding
-// layers keep a ring of `window` slots), PagedKv (engine/paged_kv.h) a view into shared blocks.
+// layers keep a ring of `window` slots), SeqKv (engine/kv_blocks.h) a view into the engine's shared blocks.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -5,7 +5,7 @@
 namespace osprey {
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
-  if (!seq->kv) seq->kv = std::make_unique<PagedKv>(pool_);
+  if (!seq->kv) seq->kv = std::make_unique<SeqKv>(kv_);
   waiting_.push_back(std::move(seq));
 }
 
@@ -23,7 +23,7 @@ std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
       if ((*it)->id == id) {
         std::unique_ptr<Sequence> s = std::move(*it);
         list.erase(it);
-        s->kv->release_all();
+        kv_.release_all(*s->kv);
         s->num_computed = 0;
         return s;
       }
@@ -33,19 +33,37 @@ std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
   return take(waiting_);
 }
 
+void Scheduler::preempt(Sequence& s) {
+  kv_.release_all(*s.kv);  // its registered blocks stay cached: the recompute will likely hit them
+  s.num_computed = 0;
+}
+
 // Reserves blocks for `positions`, preempting the most recently admitted other sequences
 // (recompute preemption: their KV is dropped and they wait again) until it fits.
 bool Scheduler::ensure_blocks(Sequence& s, int positions, StepPlan& plan) {
-  while (!s.kv->reserve(positions)) {
+  while (!kv_.reserve(*s.kv, positions)) {
     auto victim = std::find_if(running_.rbegin(), running_.rend(), [&](auto& r) { return r.get() != &s; });
     if (victim == running_.rend()) return false;
-    (*victim)->kv->release_all();
-    (*victim)->num_computed = 0;
+    preempt(**victim);
     plan.preempted.push_back((*victim)->id);
     std::erase_if(plan.chunks, [&](const ScheduledChunk& c) { return c.seq == victim->get(); });
     waiting_.push_front(std::move(*victim));
     running_.erase(std::next(victim).base());
   }
+  return true;
+}
+
+// A waiting sequence joins if its next chunk's blocks fit without preempting anyone. A sequence
+// that holds nothing first takes the longest cached prefix of its tokens.
+bool Scheduler::admit(Sequence& s, int budget, StepPlan& plan) {
+  if (s.num_computed == 0 && s.kv->length() == 0) s.num_computed = kv_.match_prefix(*s.kv, s.tokens);
+  const int known = int(s.tokens.size());
+  const int n = std::min(known - s.num_computed, budget);
+  if (!kv_.reserve(*s.kv, s.num_computed + n)) {
+    preempt(s);  // gives back what the match took; it is looked up again next time
+    return false;
+  }
+  plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
   return true;
 }
 
@@ -58,6 +76,7 @@ StepPlan Scheduler::schedule() {
     const int known = int(s.tokens.size());
     const int n = std::min(known - s.num_computed, budget);
     if (n <= 0) continue;
+    kv_.release_window(*s.kv, s.num_computed);
     if (!ensure_blocks(s, s.num_computed + n, plan)) break;
     plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
     budget -= n;
@@ -65,16 +84,22 @@ StepPlan Scheduler::schedule() {
   // Then admit waiting sequences while the batch, the budget and the KV pool allow.
   while (!waiting_.empty() && budget > 0 && int(running_.size()) < cfg_.max_batch) {
     Sequence& s = *waiting_.front();
-    const int known = int(s.tokens.size());
-    const int n = std::min(known - s.num_computed, budget);
-    if (!s.kv->reserve(s.num_computed + n)) break;  // no preemption to admit newcomers
-    plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
-    budget -= n;
+    if (!admit(s, budget, plan)) break;  // no preemption to admit newcomers
+    budget -= plan.chunks.back().count;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
   for (auto& c : plan.chunks) plan.num_tokens += c.count;
   return plan;
+}
+
+void Scheduler::commit(const StepPlan& plan) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence& s = *c.seq;
+    s.num_computed = c.start + c.count;
+    s.kv->set_length(s.num_computed);
+    kv_.commit(*s.kv, s.tokens, s.num_computed);
+  }
 }
 
 }  // namespace osprey

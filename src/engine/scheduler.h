@@ -1,14 +1,16 @@
 // Iteration-level scheduler for continuous batching. Each step it returns a plain plan: which
 // token ranges of which sequences the runner computes (decodes first, then chunked prefill up
 // to a token budget), which sequences were preempted (their blocks freed, to be recomputed).
-// It owns the sequences' KV block reservations; it knows nothing of text or HTTP.
+// It places every sequence's KV through the block manager: a newcomer first takes the longest
+// cached prefix of its tokens, a running sequence lets go of the sliding blocks its window has
+// left, and blocks are reserved before the step that writes them. It knows nothing of text or HTTP.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <vector>
 
-#include "engine/paged_kv.h"
+#include "engine/kv_blocks.h"
 #include "engine/sampler.h"
 
 namespace osprey {
@@ -18,7 +20,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int prompt_len = 0;
   int num_computed = 0;         // positions whose KV is in the cache
-  std::unique_ptr<PagedKv> kv;
+  std::unique_ptr<SeqKv> kv;
   // Generation settings and state (read by the engine, not the scheduler).
   int max_tokens = 16;
   std::vector<int32_t> stop_tokens;
@@ -51,11 +53,14 @@ struct SchedulerConfig {
 
 class Scheduler {
  public:
-  Scheduler(KvBlockPool& pool, SchedulerConfig cfg) : pool_(pool), cfg_(cfg) {}
+  Scheduler(KvBlockManager& kv, SchedulerConfig cfg) : kv_(kv), cfg_(cfg) {}
 
   void add(std::unique_ptr<Sequence> seq);    // joins the waiting queue
   std::unique_ptr<Sequence> remove(int64_t id);  // finished or cancelled: frees its blocks at once
   StepPlan schedule();
+  // After the runner computed the plan: each chunk's positions count as computed, and the blocks
+  // they completed enter the prefix cache.
+  void commit(const StepPlan& plan);
 
   int waiting() const { return int(waiting_.size()); }
   int running() const { return int(running_.size()); }
@@ -63,7 +68,9 @@ class Scheduler {
 
  private:
   bool ensure_blocks(Sequence& s, int positions, StepPlan& plan);
-  KvBlockPool& pool_;
+  bool admit(Sequence& s, int budget, StepPlan& plan);
+  void preempt(Sequence& s);
+  KvBlockManager& kv_;
   SchedulerConfig cfg_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order

@@ -80,15 +80,15 @@ struct GptOssCudaFp8::Impl {
   float concentration = 1.0f;
   double weight_bytes = 0;
 
-  // KV cache. Slot `opt.slots` is a dummy that absorbs the padding rows of a decode bucket.
-  int max_pages = 0, ring = 0, total_pages = 0;
-  std::vector<DeviceArray<cuda::bf16>> kpool, vpool;  // per layer
-  DeviceArray<int32_t> page_table;                     // [slots + 1][max_pages]
-  std::vector<int32_t> page_table_host;
-  std::vector<int32_t> free_pages;
-  std::vector<std::vector<int32_t>> slot_pages;
-  std::vector<int> len;
-  bool pools_randomized = false;
+  // KV cache: pages of kPage positions, page p + 1 holding the engine's block p (page 0 is the
+  // dummy the padding rows of a decode bucket write to, through slot `opt.slots`, whose table
+  // rows stay 0). Both layer groups share the pages: layer l keeps its K/V in storage row
+  // store_of[l] (its index within its group) and finds its pages through its group's table.
+  int max_pages = 0, total_pages = 0;
+  std::vector<int> store_of;
+  std::vector<DeviceArray<cuda::bf16>> kstore, vstore;  // [rows][total_pages][kPage][kv_heads][d]
+  DeviceArray<int32_t> tables[2];                        // full, sliding: [slots + 1][max_pages]
+  std::vector<int32_t> tables_host[2];
 
   // Scratch, sized at construction for `rows_max` rows (graphs need fixed buffers).
   int rows_max = 0, bucket_max = 0;
@@ -100,10 +100,9 @@ struct GptOssCudaFp8::Impl {
 
   cuda::KvLayerView view(int l) {
     cuda::KvLayerView L;
-    L.k = kpool[l].ptr, L.v = vpool[l].ptr;
+    L.k = kstore[store_of[l]].ptr, L.v = vstore[store_of[l]].ptr;
     L.kv_heads = cfg.num_kv_heads, L.d = cfg.head_dim;
-    if (layers[l].sliding) L.ring = ring;
-    else L.page_table = page_table.ptr, L.max_pages = max_pages;
+    L.page_table = tables[layers[l].sliding ? 1 : 0].ptr, L.max_pages = max_pages;
     return L;
   }
 
@@ -177,7 +176,8 @@ struct GptOssCudaFp8::Impl {
   }
 
   Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
-    if (opt.slots < 1 || opt.max_context < 1 || opt.prefill_chunk < 1) fail_plain("GptOssCudaFp8: bad options");
+    if (opt.slots < 1 || opt.max_context < 1 || opt.max_rows < 1 || !(opt.gpu_memory_utilization > 0.0 && opt.gpu_memory_utilization <= 1.0))
+      fail_plain("GptOssCudaFp8: bad options (slots, max_context and max_rows at least 1, gpu_memory_utilization in (0, 1])");
     if (cfg.hidden % 16 || cfg.q_dim() % 16 || cfg.intermediate % 16 || cfg.head_dim % 8)
       fail_plain("the FP8 CUDA path needs hidden, heads*head_dim and intermediate sizes that are multiples of 16");
     OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -241,7 +241,7 @@ struct GptOssCudaFp8::Impl {
     // Scratch for the larger of a prefill chunk and the largest decode bucket.
     bucket_max = 1;
     while (bucket_max < opt.slots) bucket_max *= 2;
-    rows_max = std::max(opt.prefill_chunk, bucket_max);
+    rows_max = std::max(opt.max_rows, bucket_max);
     const int R = rows_max, P = cuda::moe_rows_max(R, cfg.experts_per_token, E);
     const int R4 = fp8::round4(R);
     d_tok = DeviceArray<int32_t>(R), d_slot = DeviceArray<int32_t>(R), d_pos = DeviceArray<int32_t>(R), d_out_id = DeviceArray<int32_t>(R);
@@ -261,41 +261,34 @@ struct GptOssCudaFp8::Impl {
     split_scratch = DeviceArray<float>(size_t(std::max(bucket_max * decode_splits(), R)) * cfg.num_heads *
                                        (cfg.head_dim + 2));
     act_h.reserve(R4, H), act_attn.reserve(R4, Q), act_moe.reserve(P, H), act_a.reserve(P, I);
-    // KV cache: pages for full layers, rings for sliding ones; one extra (dummy) slot.
+    // KV cache: the pages both layer groups share, sized from what the GPU has left.
     max_pages = (opt.max_context + cuda::kPage - 1) / cuda::kPage;
-    ring = std::min(opt.max_context, cfg.sliding_window + opt.prefill_chunk);
-    const size_t row = size_t(KV);
-    int full_layers = 0;
-    for (const Layer& L : layers) full_layers += !L.sliding;
-    const size_t page_bytes = size_t(cuda::kPage) * row * 2 * 2;  // K and V, bf16
-    for (int l = 0; l < cfg.num_layers; ++l)
-      if (layers[l].sliding) {
-        kpool.emplace_back(size_t(opt.slots + 1) * ring * row);
-        vpool.emplace_back(size_t(opt.slots + 1) * ring * row);
-      } else {
-        kpool.emplace_back(), vpool.emplace_back();
-      }
-    if (opt.kv_pages > 0) total_pages = int(opt.kv_pages) + 1;
-    else if (opt.kv_pages == 0) total_pages = opt.slots * max_pages + 1;
-    else {
+    int group_layers[2] = {0, 0};
+    for (const Layer& L : layers) store_of.push_back(group_layers[L.sliding ? 1 : 0]++);
+    const int store_rows = std::max(group_layers[0], group_layers[1]);
+    const double page_bytes = double(cuda::kPage) * KV * 2 * 2 * store_rows;  // K and V, bf16
+    block_bytes = page_bytes;
+    if (opt.kv_blocks > 0) {
+      total_pages = int(std::min<int64_t>(opt.kv_blocks, int64_t(1) << 30)) + 1;
+    } else {
       size_t free_b = 0, total_b = 0;
       OSPREY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-      const size_t reserve = size_t(3) << 30;
-      const size_t per_page = page_bytes * std::max(1, full_layers);
-      total_pages = int(std::min<size_t>(free_b > reserve ? (free_b - reserve) / per_page : 1,
-                                         size_t(opt.slots) * max_pages + 1));
-      if (total_pages < 2) fail_plain("no GPU memory left for the KV cache");
+      // What this process may still take: its share of the card less what is in use, less room
+      // for cuBLASLt's workspace, the graphs and the sampling scratch.
+      const double budget = opt.gpu_memory_utilization * double(total_b) - double(total_b - free_b) - double(1ull << 30);
+      total_pages = int(std::min(budget / page_bytes, double(1 << 30)));
+      if (total_pages < 2)
+        fail_plain("no GPU memory left for the KV cache (raise --gpu-memory-utilization: the weights and scratch take " +
+                   std::to_string((total_b - free_b) >> 20) + " MiB of " + std::to_string(total_b >> 20) + ")");
     }
-    for (int l = 0; l < cfg.num_layers; ++l)
-      if (!layers[l].sliding) {
-        kpool[l] = DeviceArray<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
-        vpool[l] = DeviceArray<cuda::bf16>(size_t(total_pages) * cuda::kPage * row);
-      }
-    page_table_host.assign(size_t(opt.slots + 1) * max_pages, 0);
-    page_table = upload(page_table_host.data(), page_table_host.size());
-    for (int p = total_pages - 1; p >= 1; --p) free_pages.push_back(p);
-    slot_pages.resize(opt.slots);
-    len.assign(opt.slots, 0);
+    for (int r = 0; r < store_rows; ++r) {
+      kstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
+      vstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
+    }
+    for (int g = 0; g < 2; ++g) {
+      tables_host[g].assign(size_t(opt.slots + 1) * max_pages, 0);
+      tables[g] = upload(tables_host[g].data(), tables_host[g].size());
+    }
     OSPREY_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 4));
   }
 
@@ -309,33 +302,53 @@ struct GptOssCudaFp8::Impl {
   // The most KV splits a decode step uses (the scratch is sized for it).
   int decode_splits() const { return std::clamp(opt.max_context / 256, 1, 64); }
 
-  void ensure_pages(int slot, int n_positions) {
-    if (n_positions > opt.max_context)
-      fail_plain("sequence would hold " + std::to_string(n_positions) + " positions; the KV cache holds " +
-                 std::to_string(opt.max_context) + " per sequence");
-    auto& pages = slot_pages[slot];
-    while (int(pages.size()) * cuda::kPage < n_positions) {
-      if (free_pages.empty()) fail_plain("KV cache out of pages");
-      const int p = free_pages.back();
-      free_pages.pop_back();
-      const size_t at = size_t(slot) * max_pages + pages.size();
-      pages.push_back(p);
-      page_table_host[at] = p;
-      OSPREY_CUDA_CHECK(cudaMemcpyAsync(page_table.ptr + at, &page_table_host[at], 4, cudaMemcpyHostToDevice, stream));
+  double block_bytes = 0;
+
+  // A slot's block tables: entries that changed go to the device (one copy per run of them).
+  void set_blocks(int slot, std::span<const int32_t> full, std::span<const int32_t> sliding) {
+    check_slot(slot);
+    const std::span<const int32_t> given[2] = {full, sliding};
+    for (int g = 0; g < 2; ++g) {
+      if (int(given[g].size()) > max_pages)
+        fail_plain("slot " + std::to_string(slot) + " holds " + std::to_string(given[g].size() * cuda::kPage) +
+                   " positions; the page tables hold " + std::to_string(max_pages * cuda::kPage) + " (max_context)");
+      int32_t* row = tables_host[g].data() + size_t(slot) * max_pages;
+      int run0 = -1;
+      auto flush = [&](int end) {
+        if (run0 < 0) return;
+        const size_t at = size_t(slot) * max_pages + run0;
+        OSPREY_CUDA_CHECK(cudaMemcpyAsync(tables[g].ptr + at, tables_host[g].data() + at, size_t(end - run0) * 4,
+                                          cudaMemcpyHostToDevice, stream));
+        run0 = -1;
+      };
+      for (int i = 0; i < int(given[g].size()); ++i) {
+        const int32_t b = given[g][i];
+        if (b >= total_pages - 1 || b < -1 || (g == 0 && b < 0))
+          fail_plain("block " + std::to_string(b) + " is outside the KV pool of " + std::to_string(total_pages - 1));
+        const int32_t page = b + 1;  // -1 (not held) reads the dummy page, which no real row reads
+        if (row[i] != page) {
+          row[i] = page;
+          if (run0 < 0) run0 = i;
+        } else {
+          flush(i);
+        }
+      }
+      flush(int(given[g].size()));
     }
   }
 
-  void release(int slot) {
-    for (int p : slot_pages[slot]) free_pages.push_back(p);
-    slot_pages[slot].clear();
-    len[slot] = 0;
-  }
-
-  // How a forward pass runs: a prefill chunk of one slot, or a decode step over rows of several.
+  // How a forward pass runs: rows [0, decode_rows) are single tokens (each its slot's newest
+  // position: decode attention with attn_splits), then the prompt chunks, each on its rows with
+  // flash attention. No prompt chunk: a decode step (the graph body).
+  struct Prompt {
+    int row0, count, slot, p0;
+  };
   struct Pass {
-    int prefill_slot = -1, prefill_p0 = 0;  // prefill: its slot and first position (attention: flash_prefill)
+    int decode_rows = 0;
+    std::vector<Prompt> prompts;
     bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 32+ rows / the experts
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
+    bool decode_only() const { return prompts.empty(); }
   };
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
   // OSPREY_EARLY_RING=0 (measuring): the experts' second GEMM fills its weight ring after its
@@ -411,7 +424,7 @@ struct GptOssCudaFp8::Impl {
       if (L.fused_qkv) {
         dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
         cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
-                                q.ptr, stream, /*decode_rows=*/pass.prefill_slot < 0);
+                                q.ptr, stream, /*decode_rows=*/pass.decode_only());
       } else {
         dense(pass, L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
         dense(pass, L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
@@ -421,17 +434,24 @@ struct GptOssCudaFp8::Impl {
         cuda::kv_write(kv, k.ptr, v.ptr, d_slot.ptr, d_pos.ptr, T, stream);
       }
       const int window = L.sliding ? cfg.sliding_window : 0;
-      if (pass.prefill_slot >= 0 && cfg.head_dim == 64 && use_flash) {
-        cuda::flash_prefill(kv, q.ptr, L.sinks.ptr, pass.prefill_slot, pass.prefill_p0, attn.ptr, T, cfg.num_heads,
-                            window, scale, stream);
-        quantize_dense(attn.ptr, act_attn, T, cfg.q_dim());
-      } else {
+      // a window spans at most window / 64 + 2 pages
+      const int splits = L.sliding ? std::min(pass.attn_splits, window / cuda::kPage + 2) : pass.attn_splits;
+      if (pass.decode_only()) {
         cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale,
-                              // a window spans at most window / 64 + 2 pages
-                              L.sliding ? std::min(pass.attn_splits, window / cuda::kPage + 2) : pass.attn_splits,
-                              split_scratch.ptr, stream,
-                              {act_attn.q.ptr, act_attn.s.ptr, ld}, merge_tail ? d_merge_count.ptr : nullptr,
-                              /*decode_rows=*/pass.prefill_slot < 0);
+                              splits, split_scratch.ptr, stream, {act_attn.q.ptr, act_attn.s.ptr, ld},
+                              merge_tail ? d_merge_count.ptr : nullptr, /*decode_rows=*/true);
+      } else if (cfg.head_dim == 64 && use_flash) {
+        const int Q = cfg.q_dim();
+        if (pass.decode_rows > 0)
+          cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, pass.decode_rows, cfg.num_heads,
+                                window, scale, splits, split_scratch.ptr, stream);
+        for (const Prompt& p : pass.prompts)
+          cuda::flash_prefill(kv, q.ptr + size_t(p.row0) * Q, L.sinks.ptr, p.slot, p.p0, attn.ptr + size_t(p.row0) * Q,
+                              p.count, cfg.num_heads, window, scale, stream);
+        quantize_dense(attn.ptr, act_attn, T, Q);
+      } else {  // every row on the CUDA-core kernel, one split
+        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale, 1,
+                              split_scratch.ptr, stream, {act_attn.q.ptr, act_attn.s.ptr, ld});
       }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
@@ -482,13 +502,16 @@ struct GptOssCudaFp8::Impl {
     }
   }
 
-  // Unembedding of rows [first, T) (their final norm is in act_h, scales ld = round4(T)) into
-  // `out` [T - first][vocab]. With first = 0 the cuBLASLt path writes round4(T) rows: `out` must
-  // hold them (the padding rows are garbage).
-  void unembed_rows(const Pass& pass, int first, int T, float* out) {
+  // Unembedding of rows [first, last) of a forward over T rows (their final norm is in act_h,
+  // scales ld = round4(T)) into `out` [last - first][vocab]. The range [0, T) may go through
+  // cuBLASLt, which writes round4(T) rows: `out` must hold them (the padding rows are garbage);
+  // other ranges take the skinny kernel (cuBLASLt reads scales laid out for its own row count).
+  void unembed_rows(const Pass& pass, int first, int last, int T, float* out) {
     const int H = cfg.hidden;
-    dense(pass, unembed, nullptr, act_h.q.ptr + size_t(first) * H, act_h.s.ptr + first, fp8::round4(T), out, T - first,
-          false, nullptr);
+    Pass p = pass;
+    p.lt_dense = pass.lt_dense && first == 0 && last == T;
+    dense(p, unembed, nullptr, act_h.q.ptr + size_t(first) * H, act_h.s.ptr + first, fp8::round4(T), out,
+          last - first, false, nullptr);
   }
 
   void set_rows(const int32_t* tok, const int32_t* slot, const int32_t* pos, int T) {
@@ -514,68 +537,74 @@ struct GptOssCudaFp8::Impl {
         fail_plain("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(cfg.vocab) + ")");
   }
 
-  // Prefill in chunks; returns the logits of every token (all_logits) or of the last one, or only
-  // the next token selected on the GPU with *select (argmax or sampled) in *id_out.
-  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits,
-                             const GptOssCudaFp8::RowSampling* select = nullptr, int32_t* id_out = nullptr,
-                             const uint32_t* mask = nullptr) {
-    const cuda::SampleRow row = select ? sample_row(*select) : cuda::SampleRow{};
-    check_slot(slot);
-    check_tokens(tokens);
-    if (tokens.empty()) fail_plain("prefill: no tokens");
-    ensure_pages(slot, len[slot] + int(tokens.size()));
-    std::vector<float> out;
-    DeviceArray<float> all;
-    if (all_logits) out.resize(tokens.size() * size_t(cfg.vocab));
-    for (size_t i0 = 0; i0 < tokens.size(); i0 += opt.prefill_chunk) {
-      const int T = int(std::min(tokens.size() - i0, size_t(opt.prefill_chunk)));
-      std::vector<int32_t> slots(T, slot), pos(T);
-      for (int i = 0; i < T; ++i) pos[i] = len[slot] + i;
-      set_rows(tokens.data() + i0, slots.data(), pos.data(), T);
-      const int H = cfg.hidden, I = cfg.intermediate;
-      const Pass pass{.prefill_slot = slot,
-                      .prefill_p0 = len[slot],
-                      .lt_dense = opt.cublaslt,
-                      .lt_moe = opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&
-                                lt->available(4, 2 * I, H) && lt->available(4, H, I)};
-      layers_forward(T, pass);
-      len[slot] += T;
-      const bool last = i0 + T == tokens.size();
-      if (all_logits) {
-        // cuBLASLt computes round4(T) rows (its row count must be a multiple of 4): room for all of them.
-        if (all.n < size_t(fp8::round4(T)) * cfg.vocab) all = DeviceArray<float>(size_t(fp8::round4(T)) * cfg.vocab);
-        unembed_rows(pass, 0, T, all.ptr);
-        OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data() + i0 * cfg.vocab, all.ptr, size_t(T) * cfg.vocab * 4,
-                                          cudaMemcpyDeviceToHost, stream));
-      } else if (last) {
-        unembed_rows(pass, T - 1, T, logits.ptr);
-        if (select) {
-          if (mask) {
-            const uint32_t* m = mask;
-            upload_masks(1, [m](size_t) { return m; });
-            cuda::mask_logits_rows(logits.ptr, 1, cfg.vocab, d_masks.ptr, d_mask_has.ptr, stream);
-          }
-          if (row.temperature > 0.0f) {
-            cuda::sample_rows(logits.ptr, 1, cfg.vocab, &row, d_out_id.ptr, sample_scratch, stream);
-          } else {
-            cuda::argmax_rows(logits.ptr, d_out_id.ptr, 1, cfg.vocab, stream);
-          }
-          OSPREY_CUDA_CHECK(cudaMemcpyAsync(id_out, d_out_id.ptr, 4, cudaMemcpyDeviceToHost, stream));
-        } else {
-          out.resize(cfg.vocab);
-          OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits.ptr, size_t(cfg.vocab) * 4, cudaMemcpyDeviceToHost, stream));
-        }
-      }
+  // A step's chunks as rows: the single tokens first (chunk order), then the prompt chunks.
+  // logit_row[k]: the row of `logits` that holds the k-th sampling chunk's (in chunk order).
+  struct Step {
+    Pass pass;
+    int T = 0, logit_rows = 0;  // rows of the forward; rows of `logits` written
+    std::vector<int32_t> tok, slot, pos;
+    std::vector<int> logit_row;
+    std::vector<std::pair<int, int>> unembed;  // eager steps: row ranges [first, last) unembedded, in order
+  };
+  Step plan_step(std::span<const GptOssCudaFp8::Chunk> chunks) {
+    Step st;
+    std::vector<char> seen(size_t(opt.slots), 0);
+    size_t rows = 0;
+    for (const GptOssCudaFp8::Chunk& c : chunks) {
+      check_slot(c.slot);
+      if (seen[size_t(c.slot)]++) fail_plain("forward: slot " + std::to_string(c.slot) + " appears twice in one step");
+      if (c.tokens.empty()) fail_plain("forward: a chunk has no tokens");
+      if (c.start < 0 || size_t(c.start) + c.tokens.size() > size_t(max_pages) * cuda::kPage)
+        fail_plain("forward: positions past the context of " + std::to_string(max_pages * cuda::kPage));
+      check_tokens(c.tokens);
+      rows += c.tokens.size();
     }
-    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return out;
+    if (rows > size_t(rows_max))
+      fail_plain("forward: " + std::to_string(rows) + " rows; the scratch holds " + std::to_string(rows_max) + " (max_rows)");
+    std::vector<int> sample_row_of(chunks.size(), -1);  // forward row of each sampling chunk's last token
+    auto add = [&](size_t i) {
+      const GptOssCudaFp8::Chunk& c = chunks[i];
+      for (size_t j = 0; j < c.tokens.size(); ++j)
+        st.tok.push_back(c.tokens[j]), st.slot.push_back(c.slot), st.pos.push_back(c.start + int(j));
+      if (c.sample) sample_row_of[i] = int(st.tok.size()) - 1;
+    };
+    for (size_t i = 0; i < chunks.size(); ++i)
+      if (chunks[i].tokens.size() == 1) add(i);
+    st.pass.decode_rows = int(st.tok.size());
+    for (size_t i = 0; i < chunks.size(); ++i)
+      if (chunks[i].tokens.size() > 1) {
+        const int row0 = int(st.tok.size());
+        add(i);
+        st.pass.prompts.push_back({row0, int(chunks[i].tokens.size()), chunks[i].slot, chunks[i].start});
+      }
+    st.T = int(st.tok.size());
+    if (st.pass.decode_only()) {
+      // A decode step: the graph computes every row's logits, padding rows included.
+      for (int r : sample_row_of)
+        if (r >= 0) st.logit_row.push_back(r);
+      return st;
+    }
+    // Eager: only the sampling rows are unembedded, as runs of consecutive rows.
+    std::vector<int> wanted;
+    for (int r : sample_row_of)
+      if (r >= 0) wanted.push_back(r);
+    std::vector<int> sorted = wanted;
+    std::sort(sorted.begin(), sorted.end());
+    for (int r : sorted)
+      if (!st.unembed.empty() && st.unembed.back().second == r) ++st.unembed.back().second;
+      else st.unembed.push_back({r, r + 1});
+    for (int r : wanted) st.logit_row.push_back(int(std::lower_bound(sorted.begin(), sorted.end(), r) - sorted.begin()));
+    st.logit_rows = int(sorted.size());
+    return st;
   }
 
   // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body).
   void decode_body(int b) {
-    const Pass pass{.lt_dense = opt.cublaslt, .attn_splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits())};
+    Pass pass;
+    pass.decode_rows = b, pass.lt_dense = opt.cublaslt;
+    pass.attn_splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
     layers_forward(b, pass);
-    unembed_rows(pass, 0, b, logits.ptr);
+    unembed_rows(pass, 0, b, b, logits.ptr);
     cuda::argmax_rows(logits.ptr, d_out_id.ptr, b, cfg.vocab, stream);
   }
 
@@ -583,24 +612,19 @@ struct GptOssCudaFp8::Impl {
   // so `ncu --profile-from-start off` sees the kernels of decode steps alone.
   const bool profile_decode = std::getenv("OSPREY_PROFILE_DECODE") != nullptr;
 
-  // Runs a decode step (graph per bucket); returns the bucket size. Rows past B are padding.
-  int decode_step(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
-    const int B = int(slots.size());
-    if (B == 0 || B != int(tokens.size())) fail_plain("decode: one token per slot");
-    check_tokens(tokens);
-    int b = 1;
-    while (b < B) b *= 2;
-    if (b > bucket_max) fail_plain("decode: batch " + std::to_string(B) + " exceeds the slots");
-    std::vector<int32_t> tok(b, 0), sl(b, opt.slots), pos(b, 0);  // padding rows: the dummy slot, position 0
-    for (int i = 0; i < B; ++i) {
-      check_slot(slots[i]);
-      for (int j = 0; j < i; ++j)
-        if (slots[j] == slots[i]) fail_plain("decode: slot " + std::to_string(slots[i]) + " appears twice");
-      ensure_pages(slots[i], len[slots[i]] + 1);
-      tok[i] = tokens[i], sl[i] = slots[i], pos[i] = len[slots[i]];
-    }
-    set_rows(tok.data(), sl.data(), pos.data(), b);
-    if (opt.graphs) {
+  // Launches a step's forward; the sampling rows' logits land in `logits` (rows st.logit_row),
+  // an eager step's in `out` if given. A decode step also leaves every row's argmax in d_out_id.
+  void launch(Step& st, float* out = nullptr) {
+    if (st.pass.decode_only()) {
+      int b = 1;
+      while (b < st.T) b *= 2;
+      if (b > bucket_max) fail_plain("decode: batch " + std::to_string(st.T) + " exceeds the slots");
+      // Padding rows: the dummy slot at position 0 (its table rows are page 0).
+      std::vector<int32_t> tok(st.tok), sl(st.slot), pos(st.pos);
+      tok.resize(size_t(b), 0), sl.resize(size_t(b), opt.slots), pos.resize(size_t(b), 0);
+      set_rows(tok.data(), sl.data(), pos.data(), b);
+      st.logit_rows = b;
+      if (!opt.graphs) return decode_body(b);
       auto it = graphs.find(b);
       if (it == graphs.end()) {
         cudaGraph_t g;
@@ -618,37 +642,24 @@ struct GptOssCudaFp8::Impl {
         OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
         OSPREY_CUDA_CHECK(cudaProfilerStop());
       }
-    } else {
-      decode_body(b);
+      return;
     }
-    for (int i = 0; i < B; ++i) ++len[slots[i]];
-    return b;
-  }
-
-  std::vector<int32_t> decode(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
-    decode_step(slots, tokens);
-    return selected_ids(slots.size());
-  }
-
-  // The step's selected ids of its first n rows (d_out_id), once the stream is done.
-  std::vector<int32_t> selected_ids(size_t n) {
-    std::vector<int32_t> out(n);
-    OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out_id.ptr, n * 4, cudaMemcpyDeviceToHost, stream));
-    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return out;
-  }
-
-  // The decode step, then rows that sample drawn on the GPU from the step's logits (the greedy
-  // rows keep the step's argmax); padding rows are greedy.
-  std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                     std::span<const GptOssCudaFp8::RowSampling> rows) {
-    if (rows.size() != slots.size()) fail_plain("decode_sample: one sampling row per slot");
-    std::vector<cuda::SampleRow> p(slots.size());  // padding rows past them: greedy
-    for (size_t i = 0; i < rows.size(); ++i) p[i] = sample_row(rows[i]);
-    const int b = decode_step(slots, tokens);
-    p.resize(size_t(b));
-    cuda::sample_rows(logits.ptr, b, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
-    return selected_ids(slots.size());
+    // A step with prompt chunks runs eagerly: one set of GEMMs over all rows.
+    const int T = st.T, H = cfg.hidden, I = cfg.intermediate;
+    set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
+    Pass& pass = st.pass;
+    pass.lt_dense = opt.cublaslt;
+    pass.lt_moe = opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
+                  lt->available(4, H, I);
+    pass.attn_splits = pass.decode_rows > 0
+                           ? cuda::decode_attention_splits(pass.decode_rows, cfg.num_kv_heads, decode_splits())
+                           : 1;
+    layers_forward(T, pass);
+    int out_row = 0;
+    for (auto [first, last] : st.unembed) {
+      unembed_rows(pass, first, last, T, (out ? out : logits.ptr) + size_t(out_row) * cfg.vocab);
+      out_row += last - first;
+    }
   }
 
   // Token masks of rows [0, B) to the device (through pinned memory): d_masks [B][words] and
@@ -679,46 +690,76 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_mask_has.ptr, h_mask_has, size_t(B) * 4, cudaMemcpyHostToDevice, stream));
   }
 
-  // The decode step with masks: the graph runs while compute() fills them on the host; then the
-  // masks, the argmax of every row again, and the sampling rows' draws.
-  std::vector<int32_t> decode_masked(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                     std::span<const GptOssCudaFp8::RowSampling> rows, const std::function<void()>& compute,
-                                     const std::function<const uint32_t*(size_t)>& row) {
-    if (rows.size() != slots.size()) fail_plain("decode_masked: one sampling row per slot");
-    std::vector<cuda::SampleRow> p(slots.size());
-    for (size_t i = 0; i < rows.size(); ++i) p[i] = sample_row(rows[i]);
-    decode_step(slots, tokens);
-    compute();  // host work, overlapping the graph
-    const int B = int(slots.size());
-    upload_masks(B, row);
-    cuda::mask_logits_rows(logits.ptr, B, cfg.vocab, d_masks.ptr, d_mask_has.ptr, stream);
-    cuda::argmax_rows(logits.ptr, d_out_id.ptr, B, cfg.vocab, stream);
-    cuda::sample_rows(logits.ptr, B, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
-    return selected_ids(slots.size());
+  std::vector<int32_t> forward_select(std::span<const GptOssCudaFp8::Chunk> chunks,
+                                      std::span<const GptOssCudaFp8::RowSampling> rows, const GptOssCudaFp8::Masks* masks) {
+    Step st = plan_step(chunks);
+    const size_t n = st.logit_row.size();
+    if (rows.size() != n) fail_plain("forward_select: one sampling row per sampling chunk");
+    std::vector<cuda::SampleRow> checked(n);
+    for (size_t k = 0; k < n; ++k) checked[k] = sample_row(rows[k]);
+    launch(st);
+    const int R = st.logit_rows;  // rows of `logits` (a decode bucket's padding rows: greedy, unmasked)
+    std::vector<cuda::SampleRow> p(static_cast<size_t>(R));
+    std::vector<int> sampling_of(size_t(R), -1);
+    for (size_t k = 0; k < n; ++k) p[size_t(st.logit_row[k])] = checked[k], sampling_of[size_t(st.logit_row[k])] = int(k);
+    if (masks) {
+      masks->compute();  // host work, overlapping the forward
+      upload_masks(R, [&](size_t r) { return sampling_of[r] >= 0 ? masks->row(size_t(sampling_of[r])) : nullptr; });
+      cuda::mask_logits_rows(logits.ptr, R, cfg.vocab, d_masks.ptr, d_mask_has.ptr, stream);
+    }
+    if (masks || !st.pass.decode_only()) cuda::argmax_rows(logits.ptr, d_out_id.ptr, R, cfg.vocab, stream);
+    if (std::any_of(checked.begin(), checked.end(), [](const cuda::SampleRow& r) { return r.temperature > 0.0f; }))
+      cuda::sample_rows(logits.ptr, R, cfg.vocab, p.data(), d_out_id.ptr, sample_scratch, stream);
+    std::vector<int32_t> ids(static_cast<size_t>(R));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_out_id.ptr, size_t(R) * 4, cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<int32_t> out(n);
+    for (size_t k = 0; k < n; ++k) out[k] = ids[size_t(st.logit_row[k])];
+    return out;
   }
 
-  std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
-    decode_step(slots, tokens);
-    std::vector<std::vector<float>> out(slots.size(), std::vector<float>(cfg.vocab));
-    for (size_t i = 0; i < slots.size(); ++i)
-      OSPREY_CUDA_CHECK(cudaMemcpyAsync(out[i].data(), logits.ptr + i * cfg.vocab, size_t(cfg.vocab) * 4,
-                                        cudaMemcpyDeviceToHost, stream));
+  std::vector<std::vector<float>> forward_logits(std::span<const GptOssCudaFp8::Chunk> chunks) {
+    Step st = plan_step(chunks);
+    launch(st);
+    std::vector<std::vector<float>> out(st.logit_row.size(), std::vector<float>(cfg.vocab));
+    for (size_t k = 0; k < out.size(); ++k)
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(out[k].data(), logits.ptr + size_t(st.logit_row[k]) * cfg.vocab,
+                                        size_t(cfg.vocab) * 4, cudaMemcpyDeviceToHost, stream));
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     return out;
   }
 
-  void fill_random(int slot, int n) {
-    check_slot(slot);
-    if (!pools_randomized) {
-      for (int l = 0; l < cfg.num_layers; ++l) {
-        cuda::fill_random_bf16(kpool[l].ptr, kpool[l].n, 1000 + 2 * l, 1.0f, stream);
-        cuda::fill_random_bf16(vpool[l].ptr, vpool[l].n, 1001 + 2 * l, 1.0f, stream);
-      }
-      pools_randomized = true;
+  // Every position's logits, in pieces of rows_max rows.
+  std::vector<float> forward_all_logits(const GptOssCudaFp8::Chunk& c) {
+    check_slot(c.slot);
+    check_tokens(c.tokens);
+    if (c.tokens.empty()) fail_plain("forward_all_logits: no tokens");
+    std::vector<float> out(c.tokens.size() * size_t(cfg.vocab));
+    DeviceArray<float> all;
+    for (size_t i0 = 0; i0 < c.tokens.size(); i0 += size_t(rows_max)) {
+      const int T = int(std::min(c.tokens.size() - i0, size_t(rows_max)));
+      Step st;
+      for (int i = 0; i < T; ++i)
+        st.tok.push_back(c.tokens[i0 + i]), st.slot.push_back(c.slot), st.pos.push_back(c.start + int(i0) + i);
+      st.T = T;
+      st.pass.prompts.push_back({0, T, c.slot, c.start + int(i0)});
+      st.unembed.push_back({0, T});
+      if (size_t(c.start) + i0 + T > size_t(max_pages) * cuda::kPage) fail_plain("forward_all_logits: past the context");
+      // cuBLASLt computes round4(T) rows: room for all of them (not in `logits`: graphs hold its address).
+      all.ensure(size_t(fp8::round4(T)) * cfg.vocab);
+      launch(st, all.ptr);
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(out.data() + i0 * cfg.vocab, all.ptr, size_t(T) * cfg.vocab * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+      OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     }
-    release(slot);
-    ensure_pages(slot, n);
-    len[slot] = n;
+    return out;
+  }
+
+  void randomize_kv() {
+    for (size_t r = 0; r < kstore.size(); ++r) {
+      cuda::fill_random_bf16(kstore[r].ptr, kstore[r].n, 1000 + 2 * int(r), 1.0f, stream);
+      cuda::fill_random_bf16(vstore[r].ptr, vstore[r].n, 1001 + 2 * int(r), 1.0f, stream);
+    }
     OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 };
@@ -727,46 +768,22 @@ GptOssCudaFp8::GptOssCudaFp8(const GptOssWeights& w, const Options& opt) : impl_
 GptOssCudaFp8::~GptOssCudaFp8() = default;
 const GptOssConfig& GptOssCudaFp8::config() const { return impl_->cfg; }
 const GptOssCudaFp8::Options& GptOssCudaFp8::options() const { return impl_->opt; }
-int GptOssCudaFp8::length(int slot) const {
-  impl_->check_slot(slot);
-  return impl_->len[slot];
+int GptOssCudaFp8::kv_blocks() const { return impl_->total_pages - 1; }
+double GptOssCudaFp8::kv_block_bytes() const { return impl_->block_bytes; }
+void GptOssCudaFp8::set_blocks(int slot, std::span<const int32_t> full, std::span<const int32_t> sliding) {
+  impl_->set_blocks(slot, full, sliding);
 }
-void GptOssCudaFp8::release(int slot) {
-  impl_->check_slot(slot);
-  impl_->release(slot);
+std::vector<std::vector<float>> GptOssCudaFp8::forward_logits(std::span<const Chunk> chunks) {
+  return impl_->forward_logits(chunks);
 }
-std::vector<float> GptOssCudaFp8::prefill(int slot, std::span<const int32_t> tokens, bool all_logits) {
-  return impl_->prefill(slot, tokens, all_logits);
+std::vector<int32_t> GptOssCudaFp8::forward_select(std::span<const Chunk> chunks, std::span<const RowSampling> rows,
+                                                   const Masks* masks) {
+  return impl_->forward_select(chunks, rows, masks);
 }
-int32_t GptOssCudaFp8::prefill_argmax(int slot, std::span<const int32_t> tokens) {
-  return prefill_select(slot, tokens, RowSampling{});
-}
-int32_t GptOssCudaFp8::prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row,
-                                      const uint32_t* mask) {
-  int32_t id = -1;
-  impl_->prefill(slot, tokens, false, &row, &id, mask);
-  return id;
-}
-std::vector<int32_t> GptOssCudaFp8::decode_masked(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                                  std::span<const RowSampling> rows, const std::function<void()>& compute,
-                                                  const std::function<const uint32_t*(size_t)>& row) {
-  return impl_->decode_masked(slots, tokens, rows, compute, row);
-}
-std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
-  return impl_->decode(slots, tokens);
-}
-std::vector<std::vector<float>> GptOssCudaFp8::decode_logits(std::span<const int32_t> slots,
-                                                             std::span<const int32_t> tokens) {
-  return impl_->decode_logits(slots, tokens);
-}
-std::vector<int32_t> GptOssCudaFp8::decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                                  std::span<const RowSampling> rows) {
-  return impl_->decode_sample(slots, tokens, rows);
-}
-void GptOssCudaFp8::fill_random(int slot, int n) { impl_->fill_random(slot, n); }
+std::vector<float> GptOssCudaFp8::forward_all_logits(const Chunk& chunk) { return impl_->forward_all_logits(chunk); }
+void GptOssCudaFp8::randomize_kv() { impl_->randomize_kv(); }
 void GptOssCudaFp8::synchronize() { OSPREY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 double GptOssCudaFp8::weight_bytes() const { return impl_->weight_bytes; }
-int64_t GptOssCudaFp8::free_kv_pages() const { return int64_t(impl_->free_pages.size()); }
 
 double GptOssCudaFp8::measure_copy_bandwidth() {
   const size_t n = size_t(2) << 30;

@@ -1,8 +1,11 @@
 // The Hopper path: gpt-oss on one GPU with FP8 e4m3 128x128 block-scaled weights (converted on
-// the GPU at load, bit-identical to model/gpt_oss_fp8.h), activations quantized in 1x128 blocks,
-// a paged BF16 KV cache shared by `slots` sequences, prefill in chunks (cuBLASLt block-scaled
-// GEMMs for long chunks, the skinny tensor-core kernel otherwise) and batched decode steps that
-// run as one CUDA graph per batch-size bucket. Plain C++ interface (no CUDA types).
+// the GPU at load, bit-identical to model/gpt_oss_fp8.h), activations quantized in 1x128 blocks
+// and a paged BF16 KV cache. The model keeps the KV memory; where each sequence's positions live
+// is the engine's block manager's decision (engine/kv_blocks.h), handed over as block tables per
+// slot (a slot is a row of the page tables). One forward runs a step's chunks together: every
+// decode token and every prompt chunk, one set of GEMMs over all rows, decode attention for the
+// single tokens and flash attention for the chunks; a step of single tokens only runs as one CUDA
+// graph per batch-size bucket. Plain C++ interface (no CUDA types).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,15 +19,18 @@ namespace osprey {
 
 class GptOssCudaFp8 {
  public:
+  static constexpr int kBlockPositions = 64;  // positions per KV block (the kernels' page)
   struct Options {
-    int slots = 1;              // sequences held at once (decode batch up to this)
-    int max_context = 4096;     // positions per sequence
-    int prefill_chunk = 2048;   // tokens per prefill step (also sizes the sliding-window rings)
+    int slots = 1;              // sequences in one step at most (page-table rows)
+    int max_context = 131072;   // positions per sequence (page-table width)
+    int max_rows = 2048;        // rows of one forward (the step's token budget; scratch size)
     bool graphs = true;         // decode steps as CUDA graphs
-    int64_t kv_pages = 0;       // pages of 64 positions for the full-attention layers: 0 = slots x
-                                // max_context; -1 = as many as fit in the free GPU memory (less 3 GiB)
-    // Prefill GEMMs of 64+ rows through cuBLASLt (its FP8 products differ from exact fp32 sums by
-    // ~1.2e-4 relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
+    // KV blocks in the pool: > 0 that many; 0: what gpu_memory_utilization leaves after the
+    // weights and the scratch (cudaMemGetInfo at construction).
+    int64_t kv_blocks = 0;
+    double gpu_memory_utilization = 0.90;  // fraction of the GPU's memory this process may hold
+    // GEMMs of 32+ rows through cuBLASLt (its FP8 products differ from exact fp32 sums by ~1.2e-4
+    // relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
     bool cublaslt = true;
   };
   GptOssCudaFp8(const GptOssWeights& w, const Options& opt);
@@ -32,11 +38,13 @@ class GptOssCudaFp8 {
 
   const GptOssConfig& config() const;
   const Options& options() const;
-  int length(int slot) const;
-  void release(int slot);  // frees the slot's KV pages; its length becomes 0
+  int kv_blocks() const;            // blocks the pool holds: ids 0 .. kv_blocks() - 1
+  double kv_block_bytes() const;    // GPU bytes of one block (K and V of its group's layers)
 
-  // Appends tokens to the slot; logits [T][vocab] (all_logits) or [1][vocab] of the last token.
-  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits);
+  // Where slot's positions live: block tables of the full-attention and the sliding-window layers
+  // (entry i: block of positions [64 i, 64 i + 64); -1: not held, never read).
+  void set_blocks(int slot, std::span<const int32_t> full, std::span<const int32_t> sliding);
+
   // Token selection on the GPU: temperature <= 0 greedy, else sampled as Sampler::sample_from
   // samples with top_p, top_k and the request generator's draw u in [0, 1).
   struct RowSampling {
@@ -44,29 +52,36 @@ class GptOssCudaFp8 {
     int top_k = 0;
     double u = 0.0;
   };
-  // The same prefill, returning only the next token (argmax, or sampled with `row`).
-  int32_t prefill_argmax(int slot, std::span<const int32_t> tokens);
-  // mask (optional, host): the allowed tokens (bit t % 32 of word t / 32), applied on the GPU.
-  int32_t prefill_select(int slot, std::span<const int32_t> tokens, const RowSampling& row, const uint32_t* mask = nullptr);
-  // One token for each listed slot (distinct): appends it and returns the greedy next ids.
-  std::vector<int32_t> decode_argmax(std::span<const int32_t> slots, std::span<const int32_t> tokens);
-  // The same step, returning the logits [B][vocab] (for constraints on the host).
-  std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens);
-  // The same step, each row's token selected on the GPU with rows[i].
-  std::vector<int32_t> decode_sample(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                     std::span<const RowSampling> rows);
-  // The same step with token masks: the step's graph is launched, compute() runs on the host
-  // meanwhile (it fills the masks), row(i) is then slot i's mask (nullptr: none); the masks are
-  // applied to the logits on the GPU before each row's argmax or draw.
-  std::vector<int32_t> decode_masked(std::span<const int32_t> slots, std::span<const int32_t> tokens,
-                                     std::span<const RowSampling> rows, const std::function<void()>& compute,
-                                     const std::function<const uint32_t*(size_t)>& row);
-  // Benchmarks: the slot holds n positions of random keys and values, as after a prefill of n
-  // tokens (a decode step reads exactly the same bytes).
-  void fill_random(int slot, int n);
+  // Tokens of a slot at positions start .. start + tokens.size() - 1; their K/V are written at
+  // those positions, attention reads positions 0 .. of the slot's blocks. sample: the chunk's
+  // last token gives a row of logits (a token).
+  struct Chunk {
+    int slot = 0, start = 0;
+    std::span<const int32_t> tokens;
+    bool sample = true;
+  };
+  // Optional token masks of a step's sampling rows: compute() runs on the host while the forward
+  // runs on the GPU, then row(i) is the i-th sampling row's mask (nullptr: none; bit t % 32 of
+  // word t / 32 set: token t allowed), applied on the GPU before the argmax or the draw.
+  struct Masks {
+    std::function<void()> compute;
+    std::function<const uint32_t*(size_t)> row;
+  };
+  // One forward over the chunks (distinct slots, at most options().max_rows tokens in all): the
+  // logits [vocab] of each sampling chunk, in chunk order.
+  std::vector<std::vector<float>> forward_logits(std::span<const Chunk> chunks);
+  // The same forward, each sampling chunk's next token selected on the GPU with rows[i] (one per
+  // sampling chunk); no logits are copied.
+  std::vector<int32_t> forward_select(std::span<const Chunk> chunks, std::span<const RowSampling> rows,
+                                      const Masks* masks = nullptr);
+  // Every position's logits [T][vocab] of one chunk (any length: run in pieces of max_rows).
+  std::vector<float> forward_all_logits(const Chunk& chunk);
+
+  // Benchmarks: every block of the pool holds random keys and values, as after prefills (a decode
+  // step then reads exactly the bytes a real one does).
+  void randomize_kv();
   void synchronize();
   double weight_bytes() const;  // bytes of weights on the device
-  int64_t free_kv_pages() const;
   // Device-to-device copy bandwidth (bytes read + written per second), the decode ceiling.
   static double measure_copy_bandwidth();
 

@@ -31,31 +31,17 @@ GptOssCudaFp8::GptOssCudaFp8(const GptOssWeights&, const Options&) {
 GptOssCudaFp8::~GptOssCudaFp8() = default;
 const GptOssConfig& GptOssCudaFp8::config() const { fail("no CUDA backend"); }
 const GptOssCudaFp8::Options& GptOssCudaFp8::options() const { fail("no CUDA backend"); }
-int GptOssCudaFp8::length(int) const { return 0; }
-void GptOssCudaFp8::release(int) {}
-std::vector<float> GptOssCudaFp8::prefill(int, std::span<const int32_t>, bool) { fail("no CUDA backend"); }
-int32_t GptOssCudaFp8::prefill_argmax(int, std::span<const int32_t>) { fail("no CUDA backend"); }
-int32_t GptOssCudaFp8::prefill_select(int, std::span<const int32_t>, const RowSampling&, const uint32_t*) {
+int GptOssCudaFp8::kv_blocks() const { return 0; }
+double GptOssCudaFp8::kv_block_bytes() const { return 0; }
+void GptOssCudaFp8::set_blocks(int, std::span<const int32_t>, std::span<const int32_t>) { fail("no CUDA backend"); }
+std::vector<std::vector<float>> GptOssCudaFp8::forward_logits(std::span<const Chunk>) { fail("no CUDA backend"); }
+std::vector<int32_t> GptOssCudaFp8::forward_select(std::span<const Chunk>, std::span<const RowSampling>, const Masks*) {
   fail("no CUDA backend");
 }
-std::vector<int32_t> GptOssCudaFp8::decode_masked(std::span<const int32_t>, std::span<const int32_t>, std::span<const RowSampling>,
-                                                  const std::function<void()>&, const std::function<const uint32_t*(size_t)>&) {
-  fail("no CUDA backend");
-}
-std::vector<int32_t> GptOssCudaFp8::decode_argmax(std::span<const int32_t>, std::span<const int32_t>) {
-  fail("no CUDA backend");
-}
-std::vector<std::vector<float>> GptOssCudaFp8::decode_logits(std::span<const int32_t>, std::span<const int32_t>) {
-  fail("no CUDA backend");
-}
-std::vector<int32_t> GptOssCudaFp8::decode_sample(std::span<const int32_t>, std::span<const int32_t>,
-                                                  std::span<const RowSampling>) {
-  fail("no CUDA backend");
-}
-void GptOssCudaFp8::fill_random(int, int) {}
+std::vector<float> GptOssCudaFp8::forward_all_logits(const Chunk&) { fail("no CUDA backend"); }
+void GptOssCudaFp8::randomize_kv() {}
 void GptOssCudaFp8::synchronize() {}
 double GptOssCudaFp8::weight_bytes() const { return 0; }
-int64_t GptOssCudaFp8::free_kv_pages() const { return 0; }
 double GptOssCudaFp8::measure_copy_bandwidth() { fail("no CUDA backend"); }
 
 }  // namespace osprey

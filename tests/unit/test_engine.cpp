@@ -1,11 +1,11 @@
 #include <cmath>
-// Paged KV and batched forward (bitwise equal to one sequence at a time), the scheduler's plans
-// (chunked prefill, decode-first, preemption when blocks run out), and the engine end to end.
+// Paged KV and batched forward (bitwise equal to one sequence at a time), the block manager
+// (groups, windows, prefix caching), the scheduler's plans (chunked prefill, decode-first,
+// preemption when blocks run out), and the engine end to end (prefix hits bit-identical to cold).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/slot_runner.h"
 #include "engine/generate.h"
 #include "synth/synth.h"
 #include "test_util.h"
@@ -62,6 +62,22 @@ class EngineTest : public ::testing::Test {
     for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
   }
+  static KvLayout layout(int block_size, int num_blocks, bool prefix_caching = true) {
+    const GptOssConfig& c = model_->config();
+    KvLayout L;
+    L.layer_sliding = c.layer_is_sliding;
+    L.window = c.sliding_window;
+    L.num_kv_heads = c.num_kv_heads, L.head_dim = c.head_dim;
+    L.block_size = block_size, L.num_blocks = num_blocks, L.prefix_caching = prefix_caching;
+    return L;
+  }
+  static std::vector<int32_t> tokens_of(const std::shared_ptr<RequestHandle>& h) {
+    std::vector<int32_t> got;
+    TokenEvent ev;
+    while (h->next(ev))
+      if (ev.token >= 0) got.push_back(ev.token);
+    return got;
+  }
   static test::TempDir* dir_;
   static GptOssWeights* weights_;
   static GptOssCpuModel* model_;
@@ -71,14 +87,13 @@ GptOssWeights* EngineTest::weights_ = nullptr;
 GptOssCpuModel* EngineTest::model_ = nullptr;
 
 TEST_F(EngineTest, BatchedPagedForwardIsBitwiseEqualToSingle) {
-  const GptOssConfig& c = model_->config();
-  KvBlockPool pool(c.num_layers, c.num_kv_heads, c.head_dim, /*block_size=*/4, /*num_blocks=*/64);
+  KvBlockManager pool(layout(/*block_size=*/4, /*num_blocks=*/64));
   std::vector<std::vector<int32_t>> prompts = {prompt(13, 1), prompt(1, 2), prompt(22, 3)};
-  std::vector<std::unique_ptr<PagedKv>> kvs;
+  std::vector<std::unique_ptr<SeqKv>> kvs;
   std::vector<SequenceChunk> chunks;
   for (auto& p : prompts) {
-    kvs.push_back(std::make_unique<PagedKv>(pool));
-    ASSERT_TRUE(kvs.back()->reserve(int(p.size()) + 1));
+    kvs.push_back(std::make_unique<SeqKv>(pool));
+    ASSERT_TRUE(pool.reserve(*kvs.back(), int(p.size()) + 1));
     chunks.push_back({p, kvs.back().get(), /*all_logits=*/true});
   }
   auto batched = model_->forward_batch(chunks);
@@ -98,13 +113,14 @@ TEST_F(EngineTest, BatchedPagedForwardIsBitwiseEqualToSingle) {
     auto ref = model_->forward(all, alone, false);
     EXPECT_EQ(step[i], ref) << "sequence " << i;
   }
-  for (auto& kv : kvs) kv->release_all();
-  EXPECT_EQ(pool.free_blocks(), 64);
+  for (auto& kv : kvs) pool.release_all(*kv);
+  EXPECT_EQ(pool.available_blocks(), 64);
+  EXPECT_EQ(pool.used_blocks(), 0);
 }
 
 TEST_F(EngineTest, SchedulerChunksPrefillAndPreempts) {
-  const GptOssConfig& c = model_->config();
-  KvBlockPool pool(c.num_layers, c.num_kv_heads, c.head_dim, 4, /*num_blocks=*/5);  // 20 positions
+  // 10 blocks of 4 positions shared by both layer groups; no prefix caching here.
+  KvBlockManager pool(layout(4, /*num_blocks=*/10, /*prefix_caching=*/false));
   Scheduler s(pool, {.max_batch = 4, .max_batched_tokens = 8});
   auto seq = [&](int id, int n) {
     auto q = std::make_unique<Sequence>();
@@ -119,22 +135,23 @@ TEST_F(EngineTest, SchedulerChunksPrefillAndPreempts) {
   ASSERT_EQ(p1.chunks.size(), 1u);
   EXPECT_EQ(p1.chunks[0].count, 8);
   EXPECT_FALSE(p1.chunks[0].sample);
-  p1.chunks[0].seq->num_computed = 8;
+  s.commit(p1);
+  EXPECT_EQ(p1.chunks[0].seq->num_computed, 8);
   StepPlan p2 = s.schedule();  // the rest of seq 1, then seq 2's prompt
   ASSERT_EQ(p2.chunks.size(), 2u);
   EXPECT_EQ(p2.chunks[0].count, 2);
   EXPECT_TRUE(p2.chunks[0].sample);
   EXPECT_EQ(p2.chunks[1].seq->id, 2);
-  // Grow seq 1 until the pool is exhausted: seq 2 (admitted last) is preempted.
+  s.commit(p2);
+  // Grow seq 1 until the pool is exhausted: seq 2 (admitted last) is preempted. Seq 1 at 18
+  // positions holds 5 full blocks and the sliding blocks its window (and chunk) still reads.
   Sequence* s1 = s.find(1);
-  s1->num_computed = 10;
-  s.find(2)->num_computed = 3;
-  for (int i = 0; i < 11; ++i) s1->tokens.push_back(1);  // 8 more positions: 18 need all 5 blocks
+  for (int i = 0; i < 11; ++i) s1->tokens.push_back(1);
   StepPlan p3 = s.schedule();
   EXPECT_EQ(p3.preempted, std::vector<int64_t>{2});
   EXPECT_EQ(s.waiting(), 1);
   EXPECT_EQ(s.remove(1)->id, 1);
-  EXPECT_EQ(pool.free_blocks(), 5);
+  EXPECT_EQ(pool.available_blocks(), 10);
 }
 
 TEST_F(EngineTest, EngineMatchesGenerateAndCancels) {
@@ -142,41 +159,22 @@ TEST_F(EngineTest, EngineMatchesGenerateAndCancels) {
   Engine engine(std::make_unique<CpuModelRunner>(*model_), ec);
   expect_greedy_matches_generate(engine, 7);
   expect_cancel_frees_blocks(engine, 80);
+  // A small pool forces preemptions (recompute, from the prefix cache where blocks survived):
+  // still generate()'s tokens, every block back at the end.
+  EngineConfig small = ec;
+  small.max_batch = 4, small.kv_blocks = 24;
+  Engine tight(std::make_unique<CpuModelRunner>(*model_), small);
+  expect_greedy_matches_generate(tight, 9);
+  expect_cancel_frees_blocks(tight, 40);
+  EXPECT_GT(tight.metrics().preemptions, 0u);
   EXPECT_THROW(engine.submit({.prompt = prompt(96, 1), .max_tokens = 1}), Error);  // longer than the context
   EXPECT_THROW(engine.submit({.prompt = {1, 100000}, .max_tokens = 1}), Error);
 }
 
-// The slot runner (the GPU path's engine integration) over the CPU engine: the same tokens as
-// generate(), decode steps batched, slots returned on finish, cancel and preemption.
-TEST_F(EngineTest, SlotRunnerMatchesGenerateAndFreesSlots) {
-  CpuSlotModel slots(*model_, 4);
-  auto runner = std::make_unique<SlotModelRunner>(slots);
-  SlotModelRunner* r = runner.get();
-  // A small pool forces preemptions (recompute from the start in a fresh slot).
-  EngineConfig ec{.max_batch = 4, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 64, .kv_block_size = 4, .kv_blocks = 12};
-  Engine engine(std::move(runner), ec);
-  expect_greedy_matches_generate(engine, 9);
-  expect_cancel_frees_blocks(engine, 40);
-  EXPECT_EQ(r->slots_in_use(), 0);
-  EXPECT_GT(engine.metrics().preemptions, 0u);  // the small pool did force recomputes
-}
-
-// The slot runner selects tokens itself (run_select, as a GPU model does on the device): seeded
+// A runner that selects tokens itself (run_select, as the GPU runner does on the device): seeded
 // sampling gives exactly the tokens of the same engine fed logits (the draws are taken in the same
-// order), and a request with a logit constraint still goes through the logits (its tokens obey it).
-TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
-  // The same runner with run_select hidden: the engine samples from run()'s logits.
-  class LogitsOnly final : public ModelRunner {
-   public:
-    explicit LogitsOnly(std::unique_ptr<SlotModelRunner> r) : r_(std::move(r)) {}
-    std::vector<std::vector<float>> run(const StepPlan& plan) override { return r_->run(plan); }
-    const GptOssConfig& config() const override { return r_->config(); }
-    void release(int64_t id) override { r_->release(id); }
-    bool uses_host_kv() const override { return false; }
-
-   private:
-    std::unique_ptr<SlotModelRunner> r_;
-  };
+// order), and a request with a logit constraint goes through masks (its tokens obey them).
+TEST_F(EngineTest, RunnerSelectionEqualsSamplingFromLogits) {
   // Only even token ids.
   class EvenOnly final : public TokenConstraint {
    public:
@@ -185,20 +183,12 @@ TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
       return true;
     }
   };
-  CpuSlotModel slots_a(*model_, 4), slots_b(*model_, 4);
   EngineConfig ec{.max_batch = 4, .max_batched_tokens = 16, .max_queue = 64, .max_seq_len = 64, .kv_block_size = 4, .kv_blocks = 64};
-  Engine selecting(std::make_unique<SlotModelRunner>(slots_a), ec);
-  Engine from_logits(std::make_unique<LogitsOnly>(std::make_unique<SlotModelRunner>(slots_b)), ec);
+  Engine selecting(std::make_unique<CpuModelRunner>(*model_, /*selects=*/true), ec);
+  Engine from_logits(std::make_unique<CpuModelRunner>(*model_), ec);
   const std::vector<SamplingParams> params = {
       {.temperature = 0}, {.temperature = 0.8f, .seed = 5}, {.temperature = 1.2f, .top_k = 7, .seed = 6},
       {.temperature = 0.9f, .top_p = 0.6f, .seed = 7}};
-  auto tokens_of = [](const std::shared_ptr<RequestHandle>& h) {
-    std::vector<int32_t> got;
-    TokenEvent ev;
-    while (h->next(ev))
-      if (ev.token >= 0) got.push_back(ev.token);
-    return got;
-  };
   std::vector<std::shared_ptr<RequestHandle>> a, b;
   for (size_t i = 0; i < params.size(); ++i) {
     a.push_back(selecting.submit({.prompt = prompt(6 + int(i), int(i)), .max_tokens = 12, .sampling = params[i]}));
@@ -219,6 +209,121 @@ TEST_F(EngineTest, SlotRunnerSelectionEqualsSamplingFromLogits) {
   ASSERT_EQ(tc.size(), 12u);
   for (int32_t t : tc) EXPECT_EQ(t % 2, 0);
   EXPECT_EQ(tc, tokens_of(constrained_host));
+}
+
+
+// The block manager: the longest cached prefix (whole blocks, never the last token), shared by
+// reference, kept after its holder ends and evicted least recently used; a sliding block leaves
+// with the window and a hit needs the sliding blocks the next position's window reads.
+TEST_F(EngineTest, BlockManagerPrefixCache) {
+  const GptOssConfig& c = model_->config();
+  ASSERT_EQ(c.sliding_window, 8);  // parity-b: blocks of 4 -> the window reads 2-3 blocks back
+  ASSERT_TRUE(std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) > 0);
+  KvBlockManager m(layout(4, 40));
+  const std::vector<int32_t> p = prompt(30, 1);
+  SeqKv a(m);
+  EXPECT_EQ(m.match_prefix(a, p), 0);  // empty cache
+  for (int start = 0; start < 30; start += 6) {  // chunks of 6, committed as computed
+    m.release_window(a, start);
+    ASSERT_TRUE(m.reserve(a, start + 6));
+    a.set_length(start + 6);
+    m.commit(a, p, start + 6);
+  }
+  EXPECT_EQ(a.table(kFullGroup).size(), 8u);
+  // Sliding blocks before the window of position 24 (keys 17..) are no longer held.
+  int held = 0;
+  for (int32_t b : a.table(kSlidingGroup)) held += b >= 0;
+  EXPECT_LE(held, 4);
+  EXPECT_EQ(a.table(kSlidingGroup)[0], -1);
+  // A second sequence with the same 30 tokens and 5 more: blocks 0..6 (28 positions) are
+  // full-layer hits, and so are the sliding blocks position 28's window reads (blocks 5, 6)...
+  std::vector<int32_t> q = p;
+  for (int i = 0; i < 5; ++i) q.push_back(900 + i);
+  SeqKv b(m);
+  EXPECT_EQ(m.match_prefix(b, q), 28);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(b.table(kFullGroup)[i], a.table(kFullGroup)[i]) << "shared block " << i;
+  EXPECT_EQ(b.table(kSlidingGroup)[6], a.table(kSlidingGroup)[6]);
+  EXPECT_EQ(b.table(kSlidingGroup)[0], -1);
+  // ... and a sequence diverging at token 14 gets 3 blocks (the 4th differs). Their sliding
+  // blocks left a's window, but they stay cached, so the window of position 12 is a hit too.
+  std::vector<int32_t> r(p.begin(), p.begin() + 14);
+  r.push_back(5);
+  r.insert(r.end(), p.begin() + 15, p.end());
+  SeqKv d(m);
+  EXPECT_EQ(m.match_prefix(d, r), 12);
+  const PrefixCacheStats st = m.stats();
+  EXPECT_EQ(st.queries, uint64_t(30 + 35 + 30));
+  EXPECT_EQ(st.hits, uint64_t(28 + 12));
+  // The last token is always computed: the same 28-token prompt hits 24 positions (6 blocks).
+  SeqKv e(m);
+  EXPECT_EQ(m.match_prefix(e, std::span(p).first(28)), 24);
+  m.release_all(e);
+  m.release_all(d);
+  m.release_all(b);
+  m.release_all(a);
+  EXPECT_EQ(m.used_blocks(), 0);
+  EXPECT_GT(m.cached_blocks(), 0);
+  // Memory pressure evicts cached blocks, least recently used first: a sequence that needs every
+  // block evicts them all, and the prefix is gone.
+  SeqKv big(m);
+  ASSERT_TRUE(m.reserve(big, 40 * 4 / 2));  // 20 full blocks + their sliding blocks from 0
+  m.release_all(big);
+  EXPECT_GT(m.stats().evictions, 0u);
+  SeqKv again(m);
+  EXPECT_LT(m.match_prefix(again, q), 28);
+  m.release_all(again);
+  EXPECT_EQ(m.used_blocks(), 0);
+}
+
+// Without its sliding blocks a full-layer prefix is no hit: evict exactly the sliding block the
+// window needs and the hit falls back to the longest prefix whose window is still cached.
+TEST_F(EngineTest, BlockManagerHitNeedsTheWindow) {
+  KvBlockManager m(layout(4, 64));
+  const std::vector<int32_t> p = prompt(17, 2);
+  SeqKv a(m);
+  ASSERT_TRUE(m.reserve(a, 17));  // one chunk: every block of both groups held
+  a.set_length(17);
+  m.commit(a, p, 17);
+  SeqKv b(m);
+  EXPECT_EQ(m.match_prefix(b, p), 16);  // 4 blocks, and the window of position 16
+  m.release_all(b);
+  m.release_all(a);
+  EXPECT_EQ(m.cached_blocks(), 8);  // 4 full + 4 sliding blocks, all registered
+}
+
+// Prefix caching in the engine: a request whose prompt shares a cached prefix gives the logits
+// of a cold prefill bit for bit (the log probabilities of every token it picks, and the top 5
+// alternatives), the same tokens, and the hits are counted; the cold engine never hits.
+TEST_F(EngineTest, PrefixCacheIsBitIdenticalToColdPrefill) {
+  EngineConfig ec{.max_batch = 4, .max_batched_tokens = 12, .max_queue = 64, .max_seq_len = 128, .kv_block_size = 4, .kv_blocks = 200};
+  Engine warm(std::make_unique<CpuModelRunner>(*model_), ec);
+  EngineConfig off = ec;
+  off.prefix_caching = false;
+  Engine cold(std::make_unique<CpuModelRunner>(*model_), off);
+  const std::vector<int32_t> system = prompt(45, 7);
+  auto run = [](Engine& e, const std::vector<int32_t>& p) {
+    auto h = e.submit({.prompt = p, .max_tokens = 6, .sampling = {.temperature = 0.8f, .seed = 3}, .logprobs = 5});
+    std::vector<std::pair<int32_t, TokenLogprobs>> out;
+    TokenEvent ev;
+    while (h->next(ev))
+      if (ev.token >= 0) out.push_back({ev.token, *ev.logprobs});
+    return out;
+  };
+  for (int q = 0; q < 4; ++q) {
+    std::vector<int32_t> p = system;
+    for (int i = 0; i < 3 + 5 * q; ++i) p.push_back(int32_t(100 + 13 * q + i));
+    const auto hot = run(warm, p), ref = run(cold, p);
+    ASSERT_EQ(hot.size(), ref.size());
+    for (size_t i = 0; i < hot.size(); ++i) {
+      EXPECT_EQ(hot[i].first, ref[i].first) << "question " << q << " token " << i;
+      EXPECT_EQ(hot[i].second.logprob, ref[i].second.logprob) << "question " << q << " token " << i;
+      EXPECT_EQ(hot[i].second.top, ref[i].second.top) << "question " << q << " token " << i;
+    }
+  }
+  // Questions 1-3 reuse the system prompt's 11 whole blocks (44 positions) at least.
+  EXPECT_GE(warm.metrics().prefix.hits, uint64_t(3 * 44));
+  EXPECT_EQ(cold.metrics().prefix.hits, 0u);
+  EXPECT_GT(warm.metrics().prefix.queries, 0u);
 }
 
 }  // namespace
