@@ -102,7 +102,7 @@ RequestResult one_request(const std::string& host, int port, const std::string& 
 void add_bench_serve(CLI::App* bench) {
   struct Args {
     std::string url = "http://127.0.0.1:8000", concurrency = "1,8,64", model;
-    int input_len = 128, output_len = 128, num_prompts = 0;
+    int input_len = 128, output_len = 128, num_prompts = 0, shared_prefix = 0;
     uint64_t seed = 0;
     std::string api = "completions", response_format;
   };
@@ -112,6 +112,9 @@ void add_bench_serve(CLI::App* bench) {
   cmd->add_option("--concurrency", args->concurrency, "comma-separated requests in flight, one run each");
   cmd->add_option("--input-len", args->input_len, "prompt tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--output-len", args->output_len, "generated tokens per request")->check(CLI::PositiveNumber);
+  cmd->add_option("--shared-prefix", args->shared_prefix,
+                  "the first N prompt tokens are the same in every request (a system prompt; prefix caching)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--num-prompts", args->num_prompts, "requests per run (default: 4 x concurrency, at least 8)");
   cmd->add_option("--model", args->model, "model id (default: the first of /v1/models)");
   cmd->add_option("--seed", args->seed, "seed of the random prompts");
@@ -121,6 +124,8 @@ void add_bench_serve(CLI::App* bench) {
       ->check(CLI::IsMember({"json_object"}));
   cmd->callback([args] {
     if (!args->response_format.empty() && args->api != "chat") fail("--response-format needs --api chat");
+    if (args->shared_prefix > args->input_len) fail("--shared-prefix must not exceed --input-len");
+    if (args->shared_prefix > 0 && args->api != "completions") fail("--shared-prefix needs --api completions (token prompts)");
     std::smatch m;
     std::regex re(R"(^http://([^/:]+)(?::(\d+))?/?$)");
     if (!std::regex_match(args->url, m, re)) fail("--url must look like http://HOST:PORT");
@@ -142,9 +147,13 @@ void add_bench_serve(CLI::App* bench) {
       const int n = args->num_prompts > 0 ? args->num_prompts : std::max(8, 4 * c);
       std::mt19937_64 rng(args->seed + uint64_t(c));
       std::vector<std::vector<int32_t>> prompts(n);
+      std::mt19937_64 prefix_rng(args->seed ^ 0x5eedull);
+      std::vector<int32_t> prefix(size_t(args->shared_prefix));
+      for (auto& t : prefix) t = int32_t(prefix_rng() % 199998);
       for (auto& p : prompts) {
         p.resize(args->input_len);
         for (auto& t : p) t = int32_t(rng() % 199998);
+        std::copy(prefix.begin(), prefix.end(), p.begin());
       }
       std::vector<RequestResult> results(n);
       std::atomic<int> next{0};
@@ -178,6 +187,12 @@ void add_bench_serve(CLI::App* bench) {
                             {"ttft_p50_ms", percentile(ttft, 50) * 1e3}, {"ttft_p99_ms", percentile(ttft, 99) * 1e3},
                             {"itl_p50_ms", percentile(itl, 50) * 1e3}, {"itl_p99_ms", percentile(itl, 99) * 1e3}};
       if (!first_error.empty()) run["first_error"] = first_error;
+      if (args->shared_prefix > 0) run["shared_prefix"] = args->shared_prefix;
+      if (n <= 16) {  // each request's end-to-end latency, in submission order
+        nlohmann::json lat = nlohmann::json::array();
+        for (auto& r : results) lat.push_back(r.ok ? r.e2e * 1e3 : -1.0);
+        run["e2e_ms"] = lat;
+      }
       fmt::print(stderr, "{:>5} {:>6} {:>9.2f} {:>11.1f} {:>11.1f} {:>8.1f}ms {:>8.1f}ms {:>8.1f}ms {:>8.1f}ms\n", c, ok, secs,
                  double(run["output_tokens_per_s"]), double(run["total_tokens_per_s"]), double(run["ttft_p50_ms"]),
                  double(run["ttft_p99_ms"]), double(run["itl_p50_ms"]), double(run["itl_p99_ms"]));

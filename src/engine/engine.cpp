@@ -117,6 +117,13 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
       scheduler_(kv_, {.max_batch = cfg.max_batch, .max_batched_tokens = cfg.max_batched_tokens}) {
   metrics_.kv_blocks_free = kv_.available_blocks();
   metrics_.kv_blocks_total = kv_.num_blocks();
+  int lo = 0, hi = cfg_.max_seq_len;  // the largest n in [0, max_seq_len] whose peak fits
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (kv_.peak_blocks(mid, cfg_.max_batched_tokens) <= kv_.num_blocks()) lo = mid;
+    else hi = mid - 1;
+  }
+  max_positions_ = lo;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -140,9 +147,9 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   if (int(req.prompt.size()) >= cfg_.max_seq_len)
     fail("the prompt has {} tokens; the context is {} (--max-seq-len)", req.prompt.size(), cfg_.max_seq_len);
   if (total > cfg_.max_seq_len) req.max_tokens = cfg_.max_seq_len - int(req.prompt.size());
-  if (kv_.peak_blocks(std::min(total, cfg_.max_seq_len), cfg_.max_batched_tokens) > kv_.num_blocks())
-    fail("the request needs {} KV blocks of {} positions; the cache has {}", kv_.peak_blocks(std::min(total, cfg_.max_seq_len),
-         cfg_.max_batched_tokens), kv_.block_size(), kv_.num_blocks());
+  if (std::min(total, cfg_.max_seq_len) > max_positions_)
+    fail("the request needs {} positions of KV (prompt and output); the KV cache holds {} for one sequence",
+         std::min(total, cfg_.max_seq_len), max_positions_);
   req.sampling.validate();
   auto seq = std::make_unique<Sequence>();
   seq->tokens = req.prompt;

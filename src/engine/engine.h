@@ -178,6 +178,9 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   const GptOssConfig& model_config() const { return runner_->config(); }
   int kv_block_size() const { return kv_.block_size(); }
+  // The longest sequence (prompt + output) the KV pool can hold at all: the context a request
+  // can have is the smaller of this and max_seq_len.
+  int max_positions() const { return max_positions_; }
   int kv_blocks() const { return kv_.num_blocks(); }
 
  private:
@@ -201,6 +204,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   EngineConfig cfg_;
   KvBlockManager kv_;
+  int max_positions_ = 0;
   Scheduler scheduler_;
   std::mutex mu_;  // guards incoming_, active_, metrics_
   std::condition_variable cv_;

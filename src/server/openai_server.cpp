@@ -346,9 +346,12 @@ struct OpenAiServer::Impl {
     return e;
   }
 
+  // The context: the model's (--max-seq-len) or, if smaller, what the KV cache holds for one sequence.
+  int context() const { return std::min(engine.config().max_seq_len, engine.max_positions()); }
+
   GenerationRequest generation(const json& b, std::vector<int32_t> prompt, bool chat) {
     GenerationRequest g;
-    const int ctx = engine.config().max_seq_len;
+    const int ctx = context();
     if (int(prompt.size()) >= ctx)
       throw ApiError(400, fmt::format("This model's maximum context length is {} tokens; the prompt has {}", ctx, prompt.size()),
                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
@@ -920,7 +923,53 @@ struct OpenAiServer::Impl {
     counter("grammar_masks_cached_total", "Grammar token masks served from the per-state cache.", double(gs.cached));
     counter("grammar_masks_computed_total", "Grammar token masks computed (cache misses).", double(gs.computed));
     hist("inter_token_latency_seconds", "Time between consecutive tokens of a request.", m.itl);
+    hist("e2e_request_latency_seconds", "Time from a request's arrival to its last token (finished by stop or length).", m.e2e);
+    gauge("kv_cache_blocks_cached", "KV-cache blocks that only the prefix cache holds (reusable, evictable).", m.kv_blocks_cached);
+    gauge("kv_cache_usage_ratio", "Fraction of KV-cache blocks held by sequences (0-1; cached-only blocks count as free).",
+          m.kv_usage);
+    counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(m.prefix.queries));
+    counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not computed).", double(m.prefix.hits));
+    counter("prefix_cache_evictions_total", "Cached KV blocks evicted for new ones.", double(m.prefix.evictions));
+    gauge("prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / looked up, since start.",
+          m.prefix.queries ? double(m.prefix.hits) / double(m.prefix.queries) : 0.0);
+    vllm_metrics(m, s);
     return s;
+  }
+
+  // The names the Gateway API Inference Extension's model-server protocol and vLLM dashboards
+  // read (vLLM v1's, with its labels): queue, running batch, KV usage as a fraction, prefix cache
+  // counters in tokens, the latency histograms with vLLM's bounds, token counters, cache config.
+  void vllm_metrics(const EngineMetrics& m, std::string& s) const {
+    const std::string labels = fmt::format("model_name=\"{}\",engine=\"0\"", cfg.model_id);
+    auto one = [&](const char* name, const char* type, const char* help, double v) {
+      s += fmt::format("# HELP vllm:{0} {1}\n# TYPE vllm:{0} {2}\nvllm:{0}{{{3}}} {4}\n", name, help, type, labels, v);
+    };
+    auto hist = [&](const char* name, const char* help, const Histogram& h) {
+      s += fmt::format("# HELP vllm:{0} {1}\n# TYPE vllm:{0} histogram\n", name, help);
+      uint64_t cum = 0;
+      for (size_t i = 0; i < h.bounds.size(); ++i) {
+        cum += h.counts[i];
+        s += fmt::format("vllm:{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, h.bounds[i], cum);
+      }
+      s += fmt::format("vllm:{0}_bucket{{{1},le=\"+Inf\"}} {2}\nvllm:{0}_sum{{{1}}} {3}\nvllm:{0}_count{{{1}}} {2}\n", name,
+                       labels, h.count, h.sum);
+    };
+    one("num_requests_running", "gauge", "Number of requests in model execution batches.", m.running);
+    one("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", m.queue_depth);
+    one("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", m.kv_usage);
+    one("gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage (the name before vLLM 0.9).", m.kv_usage);
+    one("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+        double(m.prefix.queries));
+    one("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", double(m.prefix.hits));
+    one("prompt_tokens_total", "counter", "Number of prefill tokens processed.", double(m.prompt_tokens));
+    one("generation_tokens_total", "counter", "Number of generation tokens processed.", double(m.generated_tokens));
+    one("num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", double(m.preemptions));
+    hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft);
+    hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl);
+    hist("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e);
+    s += fmt::format("# HELP vllm:cache_config_info Information of the KV cache.\n# TYPE vllm:cache_config_info gauge\n"
+                     "vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\"}} 1\n",
+                     engine.kv_block_size(), engine.kv_blocks(), engine.config().prefix_caching ? "True" : "False");
   }
 
   // ------------------------------------------------------------------ wiring
@@ -971,7 +1020,7 @@ struct OpenAiServer::Impl {
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
     auto model_card = [this] {
       return json{{"id", cfg.model_id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "osprey"},
-                  {"max_model_len", engine.config().max_seq_len}, {"context_length", engine.config().max_seq_len}};
+                  {"max_model_len", context()}, {"context_length", context()}};
     };
     http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
       res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
