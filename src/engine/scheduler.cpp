@@ -70,17 +70,25 @@ bool Scheduler::admit(Sequence& s, int budget, StepPlan& plan) {
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int budget = cfg_.max_batched_tokens;
-  // Running sequences first: a decode step (1 token) or the rest of a chunked prefill.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Sequence& s = *running_[i];
-    const int known = int(s.tokens.size());
-    const int n = std::min(known - s.num_computed, budget);
-    if (n <= 0) continue;
-    kv_.release_window(*s.kv, s.num_computed);
-    if (!ensure_blocks(s, s.num_computed + n, plan)) break;
-    plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
-    budget -= n;
-  }
+  // Running sequences first, decode tokens before prompt chunks, so that a long prompt never
+  // delays a running stream's next token. While requests wait, a prompt chunk of a running
+  // sequence takes at most half the budget, so a long prompt does not hold newcomers back either.
+  const int chunk_cap = waiting_.empty() ? budget : std::max(1, budget / 2);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence& s = *running_[i];
+      const int known = int(s.tokens.size());
+      const int left = known - s.num_computed;
+      if (left <= 0 || (pass == 0) != (left == 1 && s.num_computed > 0)) continue;
+      const int n = std::min({left, budget, pass == 0 ? 1 : chunk_cap});
+      kv_.release_window(*s.kv, s.num_computed);
+      if (!ensure_blocks(s, s.num_computed + n, plan)) {
+        pass = 2;  // nothing more fits
+        break;
+      }
+      plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
+      budget -= n;
+    }
   // Then admit waiting sequences while the batch, the budget and the KV pool allow.
   while (!waiting_.empty() && budget > 0 && int(running_.size()) < cfg_.max_batch) {
     Sequence& s = *waiting_.front();

@@ -699,6 +699,10 @@ struct GptOssCudaFp8::Impl {
     for (size_t k = 0; k < n; ++k) checked[k] = sample_row(rows[k]);
     launch(st);
     const int R = st.logit_rows;  // rows of `logits` (a decode bucket's padding rows: greedy, unmasked)
+    if (R == 0) {  // no chunk samples (prompt chunks with more to come): nothing to select
+      OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return {};
+    }
     std::vector<cuda::SampleRow> p(static_cast<size_t>(R));
     std::vector<int> sampling_of(size_t(R), -1);
     for (size_t k = 0; k < n; ++k) p[size_t(st.logit_row[k])] = checked[k], sampling_of[size_t(st.logit_row[k])] = int(k);

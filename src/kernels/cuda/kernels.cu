@@ -411,6 +411,7 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, bf16* out, int 
   check_launch();
 }
 void argmax_rows(const float* logits, int32_t* out, int rows, int V, cudaStream_t s) {
+  if (rows <= 0) return;
   if (rows > kArgmaxMaxRows || V < 64 * kArgmaxChunks) {  // small vocabularies or many rows: a block per row
     argmax_kernel<<<rows, kThreads, 0, s>>>(logits, out, V);
     check_launch();
