@@ -3,6 +3,7 @@
 #   PART=new   the CUDA tests of the ragged step and the engine's prefix cache, then `osprey serve
 #              --backend cuda` (one forward per step, paged KV placed by the engine, prefix caching,
 #              131,072-token context) on the 20b synthetic checkpoint under the workloads.
+#   PART=long  only the streams beside a 100k-token prompt, and 4000 in / 200 out.
 #   PART=base  the same workloads against BASE (the binary before the redesign, carried as
 #              .devcarry/osprey_base), then both at maximum load (1000 in / 1000 out).
 # Usage: PART=new|base bash tests/cuda/device_serving.sh
@@ -37,15 +38,7 @@ workloads() {  # the issue's table, in order
   load ${tag}_4000x200_c64 --concurrency 64 --input-len 4000 --output-len 200 --num-prompts 128 --seed 2
   load ${tag}_prefix4500 --concurrency 1 --input-len 4520 --output-len 1 --num-prompts 3 --shared-prefix 4500 --seed 3
 }
-if [ "${PART:-new}" = new ]; then
-  echo "== CUDA tests"
-  timeout 300 $T 2>&1 | grep -E "^\[  (PASSED|FAILED) |FAILED \]|Failure|Expected|Which is|actual" | head -40
-  echo "== new: serve --backend cuda (defaults)"
-  start $B serve_new.log --max-batch 64
-  workloads new
-  curl -s http://127.0.0.1:$PORT/metrics | grep -E "^vllm:(num_requests|kv_cache_usage|prefix_cache|cache_config)|^osprey_(prefix_cache|kv_cache)" > $OUT/metrics_new.txt
-  cat $OUT/metrics_new.txt
-  # A 100k-token prompt while 16 streams decode: they keep their inter-token latency.
+long_prompt() {  # 16 streams alone, then beside a 100k-token prompt that arrives first
   load new_streams_alone --concurrency 16 --input-len 256 --output-len 256 --num-prompts 16 --seed 5
   ( $B bench serve --url http://127.0.0.1:$PORT --concurrency 1 --input-len 100000 --output-len 8 --num-prompts 1 --seed 6 > $OUT/bench_new_long.json 2>/dev/null ) &
   LP=$!
@@ -53,6 +46,21 @@ if [ "${PART:-new}" = new ]; then
   load new_streams_with_100k --concurrency 16 --input-len 256 --output-len 256 --num-prompts 16 --seed 5
   wait $LP
   python3 -c "import json; r=json.load(open('$OUT/bench_new_long.json'))['runs'][0]; print('100k prompt:', r['succeeded'], 'ok, TTFT', round(r['ttft_p50_ms']), 'ms', r.get('first_error',''))"
+}
+if [ "${PART:-new}" = long ]; then
+  start $B serve_new.log --max-batch 64
+  long_prompt
+  load new_4000x200_c64 --concurrency 64 --input-len 4000 --output-len 200 --num-prompts 128 --seed 2
+  stop
+elif [ "${PART:-new}" = new ]; then
+  echo "== CUDA tests"
+  timeout 300 $T 2>&1 | grep -E "^\[  (PASSED|FAILED) |FAILED \]|Failure|Expected|Which is|actual" | head -40
+  echo "== new: serve --backend cuda (defaults)"
+  start $B serve_new.log --max-batch 64
+  workloads new
+  curl -s http://127.0.0.1:$PORT/metrics | grep -E "^vllm:(num_requests|kv_cache_usage|prefix_cache|cache_config)|^osprey_(prefix_cache|kv_cache)" > $OUT/metrics_new.txt
+  cat $OUT/metrics_new.txt
+  long_prompt
   stop
 else
   echo "== base: serve --backend cuda as before the redesign (its default context is 4096; 8192 fits the 4.5k prompt)"
