@@ -62,11 +62,7 @@ std::vector<int32_t> CudaModelRunner::run_select(const StepPlan& plan, std::span
 
 namespace {
 KvLayout slots_layout(const GptOssCudaFp8& m) {
-  const GptOssConfig& c = m.config();
-  KvLayout L;
-  L.layer_sliding = c.layer_is_sliding;
-  L.window = c.sliding_window;
-  L.num_kv_heads = c.num_kv_heads, L.head_dim = c.head_dim;
+  KvLayout L = kv_layout_of(m.config());
   L.block_size = GptOssCudaFp8::kBlockPositions;
   L.num_blocks = m.kv_blocks();
   L.storage = false;

@@ -90,10 +90,7 @@ namespace {
 // for max_batch sequences of max_seq_len unless configured.
 KvLayout kv_layout(const ModelRunner& r, const EngineConfig& c) {
   const GptOssConfig& m = r.config();
-  KvLayout L;
-  L.layer_sliding = m.layer_is_sliding;
-  L.window = m.sliding_window;
-  L.num_kv_heads = m.num_kv_heads, L.head_dim = m.head_dim;
+  KvLayout L = kv_layout_of(m);
   L.block_size = r.kv_block_size() > 0 ? r.kv_block_size() : c.kv_block_size;
   const int per_seq = (c.max_seq_len + L.block_size - 1) / L.block_size;
   L.num_blocks = r.kv_blocks() > 0 ? r.kv_blocks() : c.kv_blocks > 0 ? c.kv_blocks : c.max_batch * per_seq;

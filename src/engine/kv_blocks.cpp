@@ -16,6 +16,14 @@ uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 of the running hash and on
 }
 }  // namespace
 
+KvLayout kv_layout_of(const GptOssConfig& c) {
+  KvLayout L;
+  L.layer_sliding = c.layer_is_sliding;
+  L.window = c.sliding_window;
+  L.num_kv_heads = c.num_kv_heads, L.head_dim = c.head_dim;
+  return L;
+}
+
 KvBlockManager::KvBlockManager(KvLayout layout) : L_(std::move(layout)) {
   if (L_.block_size <= 0 || L_.num_blocks <= 0) fail("the KV pool needs a positive block size and block count");
   int counts[2] = {0, 0};

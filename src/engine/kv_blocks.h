@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "formats/gpt_oss_config.h"
 
 namespace osprey {
 
@@ -34,6 +35,9 @@ struct KvLayout {
   bool prefix_caching = true;
   uint64_t salt = 0;                // the model's identity, mixed into every block hash
 };
+
+// A model's layer groups, window and KV head shape (block size, count and the rest left as default).
+KvLayout kv_layout_of(const GptOssConfig& c);
 
 enum KvGroup : int { kFullGroup = 0, kSlidingGroup = 1 };
 

@@ -29,6 +29,13 @@ SynthPreset mini_shape() {
   return p;
 }
 
+// The relative L2 distance of a from b over their first n values.
+double rel_diff(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / den);
+}
+
 TEST(CudaFp8Model, AllLogitsAtLengthsNotAMultipleOf4) {
   test::TempDir dir;
   synth_checkpoint(mini_shape(), dir.str(), {.seed = 5, .progress = false, .branch_scale = 0.25f});
@@ -52,12 +59,7 @@ TEST(CudaFp8Model, AllLogitsAtLengthsNotAMultipleOf4) {
     EXPECT_EQ(nonfinite, 0u) << "T=" << T;
     // The same layers (cuBLASLt from 32 rows); the last row's unembedding differs only in its GEMM
     // (cuBLASLt over every row against the skinny kernel for one): ~1e-4.
-    double num = 0, den = 0;
-    for (int i = 0; i < V; ++i) {
-      const double d = double(all[size_t(T - 1) * V + i]) - last[i];
-      num += d * d, den += double(last[i]) * last[i];
-    }
-    EXPECT_LT(std::sqrt(num / den), 1e-3) << "T=" << T;
+    EXPECT_LT(rel_diff(all.data() + size_t(T - 1) * V, last.data(), size_t(V)), 1e-3) << "T=" << T;
   }
 }
 
@@ -148,12 +150,7 @@ TEST(CudaFp8Model, RaggedStepEqualsTheSameWorkApart) {
   // chunk order: slot 3, 0, 1, 5, 2 (slot 4 does not sample)
   const std::vector<const std::vector<float>*> want = {&apart[0], &dec_apart[0], &dec_apart[1], &apart[1], &dec_apart[2]};
   for (size_t k = 0; k < want.size(); ++k) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want[k]->size(); ++i) {
-      const double d = double(together[k][i]) - (*want[k])[i];
-      num += d * d, den += double((*want[k])[i]) * (*want[k])[i];
-    }
-    EXPECT_LT(std::sqrt(num / den), 1e-5) << "sampling chunk " << k;
+    EXPECT_LT(rel_diff(together[k].data(), want[k]->data(), want[k]->size()), 1e-5) << "sampling chunk " << k;
     EXPECT_EQ(std::max_element(together[k].begin(), together[k].end()) - together[k].begin(),
               std::max_element(want[k]->begin(), want[k]->end()) - want[k]->begin())
         << "sampling chunk " << k;
@@ -161,11 +158,7 @@ TEST(CudaFp8Model, RaggedStepEqualsTheSameWorkApart) {
   // The KV each wrote is the same: one more decode step of every slot agrees too.
   const std::vector<int32_t> all = {0, 1, 2, 3, 4, 5}, nxt = random(6);
   std::vector<std::vector<float>> x = a.decode_logits(all, nxt), y = b.decode_logits(all, nxt);
-  for (size_t k = 0; k < 6; ++k) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < x[k].size(); ++i) num += (double(x[k][i]) - y[k][i]) * (double(x[k][i]) - y[k][i]), den += double(y[k][i]) * y[k][i];
-    EXPECT_LT(std::sqrt(num / den), 1e-5) << "slot " << k;
-  }
+  for (size_t k = 0; k < 6; ++k) EXPECT_LT(rel_diff(x[k].data(), y[k].data(), y[k].size()), 1e-5) << "slot " << k;
 }
 
 // The engine on the GPU: a prompt whose prefix is cached gives the logits of a cold prefill (the

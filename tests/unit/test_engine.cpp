@@ -63,11 +63,7 @@ class EngineTest : public ::testing::Test {
     EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
   }
   static KvLayout layout(int block_size, int num_blocks, bool prefix_caching = true) {
-    const GptOssConfig& c = model_->config();
-    KvLayout L;
-    L.layer_sliding = c.layer_is_sliding;
-    L.window = c.sliding_window;
-    L.num_kv_heads = c.num_kv_heads, L.head_dim = c.head_dim;
+    KvLayout L = kv_layout_of(model_->config());
     L.block_size = block_size, L.num_blocks = num_blocks, L.prefix_caching = prefix_caching;
     return L;
   }
