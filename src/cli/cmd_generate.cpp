@@ -1,23 +1,81 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <chrono>
 #include <functional>
 
 #include "cli/commands.h"
+#include "cli/speculative_arg.h"
 #include "core/log.h"
 #include "core/error.h"
+#include "engine/cuda_runner.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/gpt_oss_cuda.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
 namespace osprey::cli {
 
+namespace {
+struct Args {
+  std::string model, tokens, prompts, backend = "cpu", precision;
+  int max_tokens = 16;
+  bool greedy = false, ignore_eos = false;
+  SamplingParams sampling;
+  SpeculativeArg spec;
+};
+
+// --speculative: the prompts one after another through the serving engine (one sequence), whose
+// steps verify the proposer's drafts; the same ids lines, and the acceptance on stderr.
+void generate_speculative(const Args& a, const GptOssWeights& w, const std::vector<std::vector<int32_t>>& prompts,
+                          const GenerateOptions& opt, int ctx) {
+  const bool cuda = a.backend == "cuda";
+  if (cuda && !a.precision.empty() && a.precision != "fp8")
+    fail("--speculative runs on the engine's FP8 path with --backend cuda; --precision {} has no engine", a.precision);
+  EngineConfig ec{.max_batch = 1, .max_batched_tokens = cuda ? 2048 : 512, .max_queue = 1, .max_seq_len = ctx,
+                  .kv_block_size = 16, .prefix_caching = false};
+  a.spec.apply(ec, w.config, a.backend);  // a draft model on the GPU goes first: the target takes what is left
+  std::unique_ptr<GptOssCudaFp8> gpu;
+  std::unique_ptr<GptOssCpuModel> cpu;
+  std::unique_ptr<ModelRunner> runner;
+  if (cuda) {
+    gpu = std::make_unique<GptOssCudaFp8>(
+        w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = ec.max_batched_tokens, .graphs = true,
+                                  .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4,
+                                  .max_draft = ec.spec_k});
+    runner = std::make_unique<CudaModelRunner>(*gpu);
+  } else {
+    cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision));
+    runner = std::make_unique<CpuModelRunner>(*cpu);
+    ec.kv_blocks = 2 * ((ctx + ec.kv_block_size - 1) / ec.kv_block_size) + 8;
+  }
+  Engine engine(std::move(runner), ec);
+  double seconds = 0;
+  size_t generated = 0, prompt_tokens = 0;
+  for (const auto& p : prompts) {
+    GenerationRequest req{.prompt = p, .max_tokens = opt.max_tokens, .sampling = opt.sampling};
+    if (opt.stop_at_eos) req.stop_tokens = w.config.eos_token_ids;
+    req.speculative = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto h = engine.submit(req);
+    std::vector<int32_t> out;
+    TokenEvent ev;
+    std::string error;
+    while (h->next(ev)) {
+      if (ev.token >= 0) out.push_back(ev.token);
+      if (ev.finish == FinishReason::Error) error = ev.error;
+    }
+    if (!error.empty()) fail("generation failed: {}", error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    generated += out.size(), prompt_tokens += p.size();
+    fmt::print("{}\n", fmt::join(out, ","));
+    std::fflush(stdout);
+  }
+  log_info("{} prompt tokens, generated {} tokens in {:.3f}s (prefill included)", prompt_tokens, generated, seconds);
+  log_info("{}", speculative_summary(engine.metrics(), a.spec.spec));
+}
+}  // namespace
+
 void add_generate(CLI::App& app) {
-  struct Args {
-    std::string model, tokens, prompts, backend = "cpu", precision;
-    int max_tokens = 16;
-    bool greedy = false, ignore_eos = false;
-    SamplingParams sampling;
-  };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("generate", "Generate token ids; prints them as one comma-separated line");
   cmd->add_option("--model", args->model, "checkpoint directory")->required();
@@ -37,6 +95,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--precision", args->precision,
                   "cpu: fp32 (default), fp8 or bf16 (the emulations of the CUDA paths); cuda: fp8 (default), bf16 or fp32")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
+  args->spec.add(cmd);
   cmd->callback([args] {
     if (args->tokens.empty() == args->prompts.empty()) fail("generate: give --tokens IDS or --prompts FILE");
     std::vector<std::vector<int32_t>> prompts;
@@ -56,6 +115,10 @@ void add_generate(CLI::App& app) {
     size_t longest = 0;
     for (auto& p : prompts) longest = std::max(longest, p.size());
     const int ctx = int(longest) + opt.max_tokens + 1;
+    if (args->spec.on()) {
+      generate_speculative(*args, w, prompts, opt, ctx);
+      return;
+    }
     // One generator per backend; each prompt starts from an empty cache.
     std::unique_ptr<GptOssCudaFp8> fp8_model;
     std::unique_ptr<GptOssCudaModel> ref_model;

@@ -38,7 +38,8 @@ std::vector<GptOssCudaFp8::Chunk> CudaModelRunner::chunks_of(const StepPlan& pla
     const int slot = slot_for(c.seq->id);
     const SeqKv& kv = *c.seq->kv;
     model_.set_blocks(slot, kv.table(kFullGroup), kv.table(kSlidingGroup));
-    out.push_back({slot, c.start, std::span(c.seq->tokens).subspan(size_t(c.start), size_t(c.count)), c.sample});
+    out.push_back({slot, c.start, std::span(c.seq->tokens).subspan(size_t(c.start), size_t(c.count)), c.sample,
+                   /*verify=*/c.draft > 0});
   }
   return out;
 }

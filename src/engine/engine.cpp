@@ -42,11 +42,20 @@ std::vector<int32_t> ModelRunner::run_select(const StepPlan&, std::span<const To
 std::vector<std::vector<float>> CpuModelRunner::run(const StepPlan& plan) {
   std::vector<SequenceChunk> chunks;
   for (const ScheduledChunk& c : plan.chunks)
-    chunks.push_back({std::span(c.seq->tokens).subspan(c.start, c.count), c.seq->kv.get(), /*all_logits=*/false});
+    chunks.push_back({std::span(c.seq->tokens).subspan(c.start, c.count), c.seq->kv.get(), /*all_logits=*/c.draft > 0});
   std::vector<std::vector<float>> logits = model_.forward_batch(chunks);
   std::vector<std::vector<float>> out;
-  for (size_t i = 0; i < plan.chunks.size(); ++i)
-    if (plan.chunks[i].sample) out.push_back(std::move(logits[i]));
+  const size_t V = size_t(model_.config().vocab);
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    if (!c.sample) continue;
+    if (c.draft == 0) {
+      out.push_back(std::move(logits[i]));
+      continue;
+    }
+    for (int r = 0; r < c.count; ++r)  // a verify chunk: every position's row
+      out.emplace_back(logits[i].begin() + long(r * V), logits[i].begin() + long((r + 1) * V));
+  }
   return out;
 }
 
@@ -121,6 +130,10 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
     else hi = mid - 1;
   }
   max_positions_ = lo;
+  if (cfg_.proposer && cfg_.spec_k > 0) {
+    policy_ = std::make_unique<SpecPolicy>(cfg_.spec_k, cfg_.spec_adaptive);
+    metrics_.spec_accepted_per_pos.assign(size_t(cfg_.spec_k), 0);
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -158,6 +171,14 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   if (req.logprobs > 20) fail("at most 20 top log probabilities per token");
   seq->logprobs = req.logprobs;
   seq->adjust = req.adjust;
+  const bool host_logits = seq->needs_host_logits() || seq->constraint;
+  if (req.speculative.value_or(false)) {
+    if (!policy_) fail("speculative decoding is not enabled (start the server with --speculative)");
+    if (host_logits)
+      fail("speculative decoding does not combine with logprobs, logit_bias, penalties or constrained output "
+           "(response_format, tools); leave it unset or false for this request");
+  }
+  seq->speculate = policy_ && !host_logits && req.speculative.value_or(cfg_.spec_default);
   auto handle = std::make_shared<RequestHandle>();
   {
     std::lock_guard lk(mu_);
@@ -186,6 +207,7 @@ EngineMetrics Engine::metrics() {
 void Engine::finish(int64_t id, FinishReason r, const std::string& error) {
   scheduler_.remove(id);  // frees the blocks now
   runner_->release(id);
+  if (cfg_.proposer) cfg_.proposer->release(id);
   std::shared_ptr<RequestHandle> h;
   {
     std::lock_guard lk(mu_);
@@ -213,6 +235,45 @@ void Engine::loop() {
   }
 }
 
+int Engine::propose() {
+  if (!policy_) return 0;
+  std::vector<Sequence*> seqs;
+  scheduler_.for_each_decoding([&](Sequence& s) { seqs.push_back(&s); });
+  if (seqs.empty()) return 0;
+  const int k = policy_->choose(int(seqs.size()));
+  if (k == 0) return 0;
+  const double t0 = now_s();
+  std::vector<DraftRequest> reqs;
+  std::vector<Sequence*> asked;
+  for (Sequence* s : seqs) {
+    // Drafts never run past max_tokens: at most k, and one token less than the request has left.
+    const int room = std::min(k, s->max_tokens - s->generated() - 1);
+    if (!s->speculate || room < 1) continue;
+    reqs.push_back({s->id, s->tokens, room});
+    asked.push_back(s);
+  }
+  if (reqs.empty()) return 0;
+  std::vector<std::vector<int32_t>> drafts;
+  try {
+    drafts = cfg_.proposer->propose(reqs);
+  } catch (const std::exception& e) {  // a proposer's failure costs speed, never a request
+    log_info("speculative proposer failed, decoding without drafts this step: {}", e.what());
+    return 0;
+  }
+  const int vocab = runner_->config().vocab;
+  for (size_t i = 0; i < asked.size() && i < drafts.size(); ++i) {
+    std::vector<int32_t>& d = drafts[i];
+    if (int(d.size()) > reqs[i].k) d.resize(size_t(reqs[i].k));
+    // A draft model with a larger vocabulary must not hand the target ids it does not have.
+    auto bad = std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab; });
+    d.erase(bad, d.end());
+    asked[i]->draft = std::move(d);
+  }
+  std::lock_guard lk(mu_);
+  metrics_.spec_propose_seconds += now_s() - t0;
+  return k;
+}
+
 void Engine::step() {
   // Cancellations first: their blocks go back before this step is planned.
   std::vector<int64_t> cancelled;
@@ -225,8 +286,12 @@ void Engine::step() {
   if (!cancelled.empty()) update_gauges();
 
   const double step_start = now_s();
+  const int k_step = propose();
   StepPlan plan = scheduler_.schedule();
-  for (int64_t id : plan.preempted) runner_->release(id);  // recomputed from the start later
+  for (int64_t id : plan.preempted) {  // recomputed from the start later
+    runner_->release(id);
+    if (cfg_.proposer) cfg_.proposer->release(id);
+  }
   if (plan.empty()) {
     update_gauges();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -234,24 +299,32 @@ void Engine::step() {
   }
   // The runner selects the tokens when it can: no sampling sequence needs its logits on the host
   // (log probabilities, penalties, logit_bias); constraints go to it as token masks. The choices
-  // carry each sequence's draw, taken in the order sample() would take it.
+  // carry each sequence's draw, taken in the order sample() would take it; a verify chunk's rows
+  // take the draws of the next positions without consuming them (only emitted tokens do).
   const bool runner_selects =
       runner_->selects_tokens() && std::none_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
         return c.sample && c.seq->needs_host_logits();
       });
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> selected;
+  size_t sampled_rows = 0;
+  for (const ScheduledChunk& c : plan.chunks) sampled_rows += size_t(c.sampled_rows());
   try {
     if (runner_selects) {
       std::vector<TokenChoice> choices;
       std::vector<Sequence*> rows;
       bool constrained = false;
-      for (const ScheduledChunk& c : plan.chunks)
-        if (c.sample) {
-          choices.push_back(c.seq->sampler->next_choice());
-          rows.push_back(c.seq);
-          constrained |= c.seq->constraint != nullptr;
+      for (const ScheduledChunk& c : plan.chunks) {
+        if (!c.sample) continue;
+        if (c.draft > 0) {
+          for (const TokenChoice& ch : c.seq->sampler->peek_choices(c.sampled_rows()))
+            choices.push_back(ch), rows.push_back(c.seq);
+          continue;
         }
+        choices.push_back(c.seq->sampler->next_choice());
+        rows.push_back(c.seq);
+        constrained |= c.seq->constraint != nullptr;
+      }
       StepMasks masks;
       if (constrained) masks = step_masks(rows);
       selected = runner_->run_select(plan, choices, constrained ? &masks : nullptr);
@@ -259,74 +332,138 @@ void Engine::step() {
         if (rows[i]->constraint && !mask_done_[i]) fail("the model runner selected tokens without computing their masks");
       if (constrained) mask_rows_ = uint64_t(std::count(mask_has_.begin(), mask_has_.end(), uint8_t(1)));
       if (selected.size() != choices.size())
-        fail("the model runner selected {} tokens for {} sampling sequences", selected.size(), choices.size());
+        fail("the model runner selected {} tokens for {} sampling rows", selected.size(), choices.size());
     } else {
       logits = runner_->run(plan);
+      if (logits.size() != sampled_rows)
+        fail("the model runner gave {} rows of logits for {} sampling rows", logits.size(), sampled_rows);
     }
   } catch (const std::exception& e) {
     log_info("engine step failed: {}", e.what());
     for (auto& c : plan.chunks) finish(c.seq->id, FinishReason::Error, e.what());
     return;
   }
-  scheduler_.commit(plan);  // positions computed; completed blocks enter the prefix cache
+
+  // Each sampling chunk's tokens: one, or for a verify chunk the target's token at every
+  // position up to the first that disagrees with the draft (accepted drafts, then the target's own).
+  struct Emitted {
+    Sequence* seq;
+    std::vector<int32_t> tokens;
+    std::optional<TokenLogprobs> logprobs;
+    FinishReason finish = FinishReason::None;
+    std::string error;  // a constraint threw: the request ends with it
+  };
+  std::vector<Emitted> emitted;
   size_t li = 0;
-  std::vector<std::pair<int64_t, FinishReason>> done;
-  std::vector<std::pair<int64_t, std::string>> failed;  // a constraint threw: the request ends with it
-  const double t = now_s();
   for (ScheduledChunk& c : plan.chunks) {
-    Sequence& s = *c.seq;
     if (!c.sample) continue;
-    int32_t tok;
-    std::optional<TokenLogprobs> lps;
+    Sequence& s = *c.seq;
+    Emitted e{&s, {}, std::nullopt, FinishReason::None, {}};
+    const int rows = c.sampled_rows();
+    std::vector<int32_t> y(static_cast<size_t>(rows), -1);
     if (runner_selects) {
-      const size_t row = li;
-      tok = selected[li++];
-      if (row < mask_error_.size() && !mask_error_[row].empty()) {
-        failed.push_back({s.id, mask_error_[row]});
-        continue;
-      }
+      if (li < mask_error_.size() && !mask_error_[li].empty()) e.error = mask_error_[li];
+      std::copy(selected.begin() + long(li), selected.begin() + long(li) + rows, y.begin());
+    } else if (c.draft > 0) {
+      const std::vector<TokenChoice> ch = s.sampler->peek_choices(rows);
+      for (int r = 0; r < rows; ++r) y[size_t(r)] = choose_token(logits[li + size_t(r)], ch[size_t(r)]);
     } else {
-      std::vector<float>& lg = logits[li++];
+      std::vector<float>& lg = logits[li];
       const std::span<const int32_t> gen = std::span(s.tokens).subspan(size_t(s.prompt_len));
       if (!s.adjust.empty()) s.adjust.apply(gen, lg);
       if (s.constraint) {
         std::vector<uint32_t> mask((lg.size() + 31) / 32, ~0u);
         try {
           if (s.constraint->fill_mask(gen, mask)) apply_token_mask(mask, lg);
-        } catch (const std::exception& e) {
-          failed.push_back({s.id, e.what()});
-          continue;
+        } catch (const std::exception& ex) {
+          e.error = ex.what();
         }
       }
-      tok = s.sampler->sample(lg);
-      if (s.logprobs >= 0) lps = token_logprobs(lg, s.sampler->params().temperature, tok, s.logprobs);
+      if (e.error.empty()) {
+        y[0] = s.sampler->sample(lg);
+        if (s.logprobs >= 0) e.logprobs = token_logprobs(lg, s.sampler->params().temperature, y[0], s.logprobs);
+      }
     }
-    s.tokens.push_back(tok);
+    li += size_t(rows);
+    // The drafts occupy the chunk's last c.draft tokens; the known part ends before them.
+    const size_t known = size_t(c.start + c.count - c.draft);
+    int accepted = 0;
+    while (accepted < c.draft && y[size_t(accepted)] == s.tokens[known + size_t(accepted)]) ++accepted;
+    s.tokens.resize(known);
+    if (e.error.empty())
+      for (int r = 0; r <= accepted; ++r) {
+        const int32_t tok = y[size_t(r)];
+        s.tokens.push_back(tok), e.tokens.push_back(tok);
+        if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), tok)) e.finish = FinishReason::Stop;
+        else if (s.generated() >= s.max_tokens) e.finish = FinishReason::Length;
+        if (e.finish != FinishReason::None) break;
+      }
+    if (c.draft > 0) {
+      s.sampler->skip(int(e.tokens.size()));
+      c.accepted = std::max(0, int(e.tokens.size()) - 1);
+      std::lock_guard lk(mu_);
+      ++metrics_.spec_drafts;
+      metrics_.spec_draft_tokens += uint64_t(c.draft);
+      metrics_.spec_accepted_tokens += uint64_t(accepted);
+      metrics_.spec_emitted += e.tokens.size();
+      for (int r = 0; r < accepted && r < int(metrics_.spec_accepted_per_pos.size()); ++r)
+        ++metrics_.spec_accepted_per_pos[size_t(r)];
+    }
+    emitted.push_back(std::move(e));
+  }
+  scheduler_.commit(plan);  // positions computed (drafts up to the accepted); completed blocks cached
+
+  const double t = now_s();
+  std::vector<std::pair<int64_t, FinishReason>> done;
+  std::vector<std::pair<int64_t, std::string>> failed;
+  for (Emitted& e : emitted) {
+    Sequence& s = *e.seq;
+    if (!e.error.empty()) {
+      failed.push_back({s.id, e.error});
+      continue;
+    }
     std::shared_ptr<RequestHandle> h;
     {
       std::lock_guard lk(mu_);
       Active& a = active_[s.id];
       h = a.handle;
-      if (s.generated() == 1) metrics_.ttft.observe(t - a.submitted);
-      else metrics_.itl.observe(t - a.last_token);
+      const int first = s.generated() - int(e.tokens.size()) + 1;  // the 1-based index of the first of them
+      for (size_t i = 0; i < e.tokens.size(); ++i) {
+        // Tokens that arrive together share the interval since the last one.
+        if (first + int(i) == 1) metrics_.ttft.observe(t - a.submitted);
+        else metrics_.itl.observe((t - a.last_token) / double(e.tokens.size()));
+      }
       a.last_token = t;
-      ++metrics_.generated_tokens;
+      metrics_.generated_tokens += e.tokens.size();
     }
-    h->push({tok, FinishReason::None, {}, std::move(lps)});
-    if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), tok)) done.push_back({s.id, FinishReason::Stop});
-    else if (s.generated() >= s.max_tokens) done.push_back({s.id, FinishReason::Length});
+    for (size_t i = 0; i < e.tokens.size(); ++i)
+      h->push({e.tokens[i], FinishReason::None, {}, i + 1 == e.tokens.size() ? std::move(e.logprobs) : std::nullopt});
+    if (e.finish != FinishReason::None) done.push_back({s.id, e.finish});
   }
-  for (auto& [id, r] : done) finish(id, r);
-  for (auto& [id, why] : failed) finish(id, FinishReason::Error, "token constraint failed: " + why);
-  mask_error_.clear();
+  // A decode-only step measures its draft length's rate for the speculation policy.
+  const bool decode_only = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+    return c.sample && c.count == 1 + c.draft && c.start > 0;
+  });
+  const double seconds = now_s() - step_start;
+  if (policy_ && decode_only) {
+    size_t tokens = 0;
+    for (const Emitted& e : emitted) tokens += e.tokens.size();
+    policy_->record(int(plan.chunks.size()), k_step, seconds, double(tokens) / double(plan.chunks.size()));
+  }
   {
     std::lock_guard lk(mu_);
     ++metrics_.steps;
-    metrics_.step.observe(now_s() - step_start);
+    if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.draft > 0; }))
+      ++metrics_.spec_steps;
+    metrics_.step.observe(seconds);
     if (mask_seconds_ >= 0) metrics_.mask.observe(mask_seconds_), metrics_.masked_rows += mask_rows_;
     mask_seconds_ = -1, mask_rows_ = 0;
     metrics_.preemptions += plan.preempted.size();
   }
+  // Finished requests last: whoever waits on them sees this step counted.
+  for (auto& [id, r] : done) finish(id, r);
+  for (auto& [id, why] : failed) finish(id, FinishReason::Error, "token constraint failed: " + why);
+  mask_error_.clear();
   update_gauges();
 }
 

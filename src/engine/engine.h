@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "model/gpt_oss_forward.h"
 
 namespace osprey {
@@ -95,6 +96,10 @@ struct GenerationRequest {
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
   LogitAdjust adjust;                // logit_bias and penalties
   int logprobs = -1;                 // -1: none; k in [0, 20]: log probabilities with the top k
+  // Speculative decoding for this request: unset: the engine's default; true: refused (Error)
+  // when the engine has no proposer or the request needs logits on the host (logprobs,
+  // logit_bias, penalties) or has a constraint, which speculation does not combine with.
+  std::optional<bool> speculative;
 };
 
 struct TokenEvent {
@@ -132,6 +137,14 @@ struct EngineConfig {
   int kv_block_size = 16;     // unless the runner's model decides (the GPU's pages)
   int kv_blocks = 0;          // 0: the runner's, else enough for max_batch sequences of max_seq_len
   bool prefix_caching = true;
+  // Speculative decoding (engine/speculative.h): no proposer, off. At most spec_k drafts per
+  // sequence and step; spec_adaptive: a SpecPolicy picks the step's draft length from measured
+  // rates (0 where speculation does not pay), else always spec_k. spec_default: whether requests
+  // that do not say speculate.
+  std::shared_ptr<Proposer> proposer;
+  int spec_k = 0;
+  bool spec_adaptive = true;
+  bool spec_default = true;
 };
 
 struct Histogram {
@@ -161,6 +174,11 @@ struct EngineMetrics {
   // when the runner selects tokens itself), and the rows masked.
   Histogram mask{{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}};
   uint64_t masked_rows = 0;
+  // Speculative decoding: verify chunks, drafts verified, drafts accepted (by position in the
+  // draft), steps that verified drafts, tokens those chunks emitted, host time proposing.
+  uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_steps = 0, spec_emitted = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
+  double spec_propose_seconds = 0;
 };
 
 struct QueueFull : std::runtime_error {
@@ -192,6 +210,9 @@ class Engine {
   void step();
   void finish(int64_t id, FinishReason r, const std::string& error = {});
   void update_gauges();
+  // Drafts for the sequences about to decode (their Sequence::draft); the step's draft length.
+  int propose();
+  std::unique_ptr<SpecPolicy> policy_;
   // Token masks of the sampling rows whose sequence has a constraint (the runner calls compute).
   StepMasks step_masks(const std::vector<Sequence*>& rows);
   std::vector<std::vector<uint32_t>> mask_bufs_;

@@ -210,6 +210,20 @@ void KvBlockManager::release_all(SeqKv& s) {
   s.hashed_ = s.length_ = s.cached_ = 0;
 }
 
+void KvBlockManager::truncate(SeqKv& s, int positions) {
+  if (positions < 0) fail("truncate: negative length");
+  const int keep = blocks_for(positions);
+  for (auto& t : s.table_)
+    while (int(t.size()) > keep) {
+      if (t.back() >= 0) drop(t.back());
+      t.pop_back();
+    }
+  const int whole = positions / L_.block_size;
+  if (s.hashed_ > whole) s.hashed_ = whole, s.hashes_.resize(size_t(whole));
+  s.length_ = std::min(s.length_, positions);
+  s.cached_ = std::min(s.cached_, positions);
+}
+
 SeqKv::~SeqKv() { m_.release_all(*this); }
 
 const float* SeqKv::key(int layer, int pos, int kv_head) const {

@@ -108,6 +108,9 @@ class KvBlockManager {
   // sequence's tokens, at least `computed` of them).
   void commit(SeqKv& s, std::span<const int32_t> tokens, int computed);
   void release_all(SeqKv& s);  // finish, cancel, preemption: cached blocks stay cached
+  // Rolls the sequence back to its first `positions` positions (speculative decoding's rejected
+  // drafts): the blocks of both groups past them go back, its length is at most `positions`.
+  void truncate(SeqKv& s, int positions);
 
   // CPU storage: row r of layer `layer` in block b.
   float* k_row(int layer, int block, int slot) { return k_[store_of_[layer]].data() + row_at(block, slot); }

@@ -70,6 +70,17 @@ int32_t Sampler::sample(std::span<const float> logits) {
 
 TokenChoice Sampler::next_choice() { return {p_, p_.greedy() ? 0.0 : draw()}; }
 
+std::vector<TokenChoice> Sampler::peek_choices(int n) const {
+  Sampler ahead(*this);
+  std::vector<TokenChoice> out;
+  for (int i = 0; i < n; ++i) out.push_back(ahead.next_choice());
+  return out;
+}
+
+void Sampler::skip(int n) {
+  for (int i = 0; i < n; ++i) next_choice();
+}
+
 int32_t choose_token(std::span<const float> logits, const TokenChoice& choice) {
   return choice.params.greedy() ? argmax(logits) : Sampler::sample_from(logits, choice.params, choice.u);
 }

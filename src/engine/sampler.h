@@ -60,6 +60,10 @@ class Sampler {
   // The choice for the next token: the parameters and, unless greedy, the next draw (this advances
   // the generator exactly as sample() would).
   TokenChoice next_choice();
+  // The next n choices without taking them (speculative verification draws one per position it
+  // checks, then takes only as many as it emits); skip(n) then takes n, as n next_choice() would.
+  std::vector<TokenChoice> peek_choices(int n) const;
+  void skip(int n);
   const SamplingParams& params() const { return p_; }
   // Temperature, top-k, top-p sampling with the uniform draw u in [0, 1).
   static int32_t sample_from(std::span<const float> logits, const SamplingParams& p, double u);

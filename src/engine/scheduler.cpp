@@ -34,6 +34,7 @@ std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
 }
 
 void Scheduler::preempt(Sequence& s) {
+  s.draft.clear();
   kv_.release_all(*s.kv);  // its registered blocks stay cached: the recompute will likely hit them
   s.num_computed = 0;
 }
@@ -74,19 +75,26 @@ StepPlan Scheduler::schedule() {
   // delays a running stream's next token. While requests wait, a prompt chunk of a running
   // sequence takes at most half the budget, so a long prompt does not hold newcomers back either.
   const int chunk_cap = waiting_.empty() ? budget : std::max(1, budget / 2);
+  // Drafts take only what the decode tokens leave of the budget.
+  int decoding = 0;
+  for_each_decoding([&](Sequence&) { ++decoding; });
+  int spare = std::max(0, budget - decoding);
   for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Sequence& s = *running_[i];
       const int known = int(s.tokens.size());
       const int left = known - s.num_computed;
       if (left <= 0 || (pass == 0) != (left == 1 && s.num_computed > 0)) continue;
-      const int n = std::min({left, budget, pass == 0 ? 1 : chunk_cap});
+      // A decode verifies its drafts as far as the spare budget goes (each one more position).
+      const int drafts = pass == 0 ? std::min(int(s.draft.size()), spare) : 0;
+      spare -= drafts;
+      const int n = std::min({left + drafts, budget, pass == 0 ? budget : chunk_cap});
       kv_.release_window(*s.kv, s.num_computed);
       if (!ensure_blocks(s, s.num_computed + n, plan)) {
         pass = 2;  // nothing more fits
         break;
       }
-      plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n == known});
+      plan.chunks.push_back({&s, s.num_computed, n, s.num_computed + n >= known, std::max(0, n - left)});
       budget -= n;
     }
   // Then admit waiting sequences while the batch, the budget and the KV pool allow.
@@ -97,14 +105,21 @@ StepPlan Scheduler::schedule() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  for (auto& c : plan.chunks) plan.num_tokens += c.count;
+  // The verified drafts join the sequences' tokens (the engine takes back the rejected ones).
+  for (auto& c : plan.chunks) {
+    if (c.draft > 0) c.seq->tokens.insert(c.seq->tokens.end(), c.seq->draft.begin(), c.seq->draft.begin() + c.draft);
+    c.seq->draft.clear();
+    plan.num_tokens += c.count;
+  }
+  for (auto& s : running_) s->draft.clear();
   return plan;
 }
 
 void Scheduler::commit(const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
-    s.num_computed = c.start + c.count;
+    s.num_computed = c.start + c.count - c.draft + c.accepted;
+    if (c.draft > 0) kv_.truncate(*s.kv, s.num_computed);
     s.kv->set_length(s.num_computed);
     kv_.commit(*s.kv, s.tokens, s.num_computed);
   }

@@ -28,6 +28,10 @@ struct Sequence {
   std::shared_ptr<class TokenConstraint> constraint;
   LogitAdjust adjust;
   int logprobs = -1;  // -1: none; k >= 0: the chosen token's log probability and the top k
+  // Speculative decoding: whether this request may be sped up by it, and the draft tokens
+  // proposed for its next decode step (the scheduler verifies as many as the step has room for).
+  bool speculate = false;
+  std::vector<int32_t> draft;
   // Whether the logits must come to the host (constraints go to a selecting runner as masks).
   bool needs_host_logits() const { return !adjust.empty() || logprobs >= 0; }
   int generated() const { return int(tokens.size()) - prompt_len; }
@@ -37,6 +41,11 @@ struct ScheduledChunk {
   Sequence* seq;
   int start, count;  // tokens [start, start + count) of seq->tokens, at those positions
   bool sample;       // the chunk ends at the last known token: sample the next one
+  // A verify chunk: the last `draft` tokens are proposed, not known; every one of its count
+  // positions samples (the token after each). The engine sets `accepted`, the drafts kept,
+  // before commit; the rest are rolled back.
+  int draft = 0, accepted = 0;
+  int sampled_rows() const { return sample ? 1 + draft : 0; }
 };
 
 struct StepPlan {
@@ -58,8 +67,9 @@ class Scheduler {
   void add(std::unique_ptr<Sequence> seq);    // joins the waiting queue
   std::unique_ptr<Sequence> remove(int64_t id);  // finished or cancelled: frees its blocks at once
   StepPlan schedule();
-  // After the runner computed the plan: each chunk's positions count as computed, and the blocks
-  // they completed enter the prefix cache.
+  // After the runner computed the plan: each chunk's positions count as computed (a verify
+  // chunk's up to its accepted drafts; the KV blocks past them go back), and the blocks they
+  // completed enter the prefix cache.
   void commit(const StepPlan& plan);
 
   int waiting() const { return int(waiting_.size()); }
@@ -74,6 +84,14 @@ class Scheduler {
   SchedulerConfig cfg_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+
+ public:
+  // Running sequences whose next step is a decode (all their tokens computed but the last).
+  template <typename Fn>
+  void for_each_decoding(Fn&& fn) {
+    for (auto& s : running_)
+      if (s->num_computed > 0 && s->num_computed + 1 == int(s->tokens.size())) fn(*s);
+  }
 };
 
 }  // namespace osprey

@@ -240,7 +240,8 @@ struct GptOssCudaFp8::Impl {
 
     // Scratch for the larger of a prefill chunk and the largest decode bucket.
     bucket_max = 1;
-    while (bucket_max < opt.slots) bucket_max *= 2;
+    if (opt.max_draft < 0 || opt.max_draft > 64) fail_plain("max_draft must be in [0, 64]");
+    while (bucket_max < opt.slots * (1 + opt.max_draft)) bucket_max *= 2;
     rows_max = std::max(opt.max_rows, bucket_max);
     const int R = rows_max, P = cuda::moe_rows_max(R, cfg.experts_per_token, E);
     const int R4 = fp8::round4(R);
@@ -348,7 +349,11 @@ struct GptOssCudaFp8::Impl {
     std::vector<Prompt> prompts;
     bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 32+ rows / the experts
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
+    // Some slot has several decode rows (a verify chunk): a row's earlier positions may be written
+    // by this layer's rope kernel, so attention must not load them before its PDL wait.
+    bool multi_row = false;
     bool decode_only() const { return prompts.empty(); }
+    bool newest_only() const { return prompts.empty() && !multi_row; }
   };
   const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
   // OSPREY_EARLY_RING=0 (measuring): the experts' second GEMM fills its weight ring after its
@@ -424,7 +429,7 @@ struct GptOssCudaFp8::Impl {
       if (L.fused_qkv) {
         dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
         cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
-                                q.ptr, stream, /*decode_rows=*/pass.decode_only());
+                                q.ptr, stream, /*decode_rows=*/pass.newest_only());
       } else {
         dense(pass, L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
         dense(pass, L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
@@ -439,7 +444,7 @@ struct GptOssCudaFp8::Impl {
       if (pass.decode_only()) {
         cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale,
                               splits, split_scratch.ptr, stream, {act_attn.q.ptr, act_attn.s.ptr, ld},
-                              merge_tail ? d_merge_count.ptr : nullptr, /*decode_rows=*/true);
+                              merge_tail ? d_merge_count.ptr : nullptr, /*decode_rows=*/!pass.multi_row);
       } else if (cfg.head_dim == 64 && use_flash) {
         const int Q = cfg.q_dim();
         if (pass.decode_rows > 0)
@@ -561,33 +566,37 @@ struct GptOssCudaFp8::Impl {
     }
     if (rows > size_t(rows_max))
       fail_plain("forward: " + std::to_string(rows) + " rows; the scratch holds " + std::to_string(rows_max) + " (max_rows)");
-    std::vector<int> sample_row_of(chunks.size(), -1);  // forward row of each sampling chunk's last token
+    // Forward rows of each chunk's sampling rows (its last token, or every token of a verify chunk).
+    std::vector<std::vector<int>> sample_rows_of(chunks.size());
     auto add = [&](size_t i) {
       const GptOssCudaFp8::Chunk& c = chunks[i];
-      for (size_t j = 0; j < c.tokens.size(); ++j)
+      for (size_t j = 0; j < c.tokens.size(); ++j) {
         st.tok.push_back(c.tokens[j]), st.slot.push_back(c.slot), st.pos.push_back(c.start + int(j));
-      if (c.sample) sample_row_of[i] = int(st.tok.size()) - 1;
+        if (c.verify || (c.sample && j + 1 == c.tokens.size())) sample_rows_of[i].push_back(int(st.tok.size()) - 1);
+      }
     };
+    auto decode_chunk = [&](const GptOssCudaFp8::Chunk& c) { return c.tokens.size() == 1 || c.verify; };
     for (size_t i = 0; i < chunks.size(); ++i)
-      if (chunks[i].tokens.size() == 1) add(i);
+      if (decode_chunk(chunks[i])) {
+        add(i);
+        st.pass.multi_row |= chunks[i].tokens.size() > 1;
+      }
     st.pass.decode_rows = int(st.tok.size());
     for (size_t i = 0; i < chunks.size(); ++i)
-      if (chunks[i].tokens.size() > 1) {
+      if (!decode_chunk(chunks[i])) {
         const int row0 = int(st.tok.size());
         add(i);
         st.pass.prompts.push_back({row0, int(chunks[i].tokens.size()), chunks[i].slot, chunks[i].start});
       }
     st.T = int(st.tok.size());
+    std::vector<int> wanted;
+    for (const std::vector<int>& rs : sample_rows_of) wanted.insert(wanted.end(), rs.begin(), rs.end());
     if (st.pass.decode_only()) {
       // A decode step: the graph computes every row's logits, padding rows included.
-      for (int r : sample_row_of)
-        if (r >= 0) st.logit_row.push_back(r);
+      st.logit_row = wanted;
       return st;
     }
     // Eager: only the sampling rows are unembedded, as runs of consecutive rows.
-    std::vector<int> wanted;
-    for (int r : sample_row_of)
-      if (r >= 0) wanted.push_back(r);
     std::vector<int> sorted = wanted;
     std::sort(sorted.begin(), sorted.end());
     for (int r : sorted)
@@ -599,9 +608,9 @@ struct GptOssCudaFp8::Impl {
   }
 
   // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body).
-  void decode_body(int b) {
+  void decode_body(int b, bool multi_row) {
     Pass pass;
-    pass.decode_rows = b, pass.lt_dense = opt.cublaslt;
+    pass.decode_rows = b, pass.lt_dense = opt.cublaslt, pass.multi_row = multi_row;
     pass.attn_splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
     layers_forward(b, pass);
     unembed_rows(pass, 0, b, b, logits.ptr);
@@ -624,17 +633,19 @@ struct GptOssCudaFp8::Impl {
       tok.resize(size_t(b), 0), sl.resize(size_t(b), opt.slots), pos.resize(size_t(b), 0);
       set_rows(tok.data(), sl.data(), pos.data(), b);
       st.logit_rows = b;
-      if (!opt.graphs) return decode_body(b);
-      auto it = graphs.find(b);
+      const bool multi = st.pass.multi_row;
+      if (!opt.graphs) return decode_body(b, multi);
+      const int key = b * 2 + int(multi);  // verify steps have graphs of their own
+      auto it = graphs.find(key);
       if (it == graphs.end()) {
         cudaGraph_t g;
         OSPREY_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        decode_body(b);
+        decode_body(b, multi);
         OSPREY_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         cudaGraphExec_t exec;
         OSPREY_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
         OSPREY_CUDA_CHECK(cudaGraphDestroy(g));
-        it = graphs.emplace(b, exec).first;
+        it = graphs.emplace(key, exec).first;
       }
       if (profile_decode) OSPREY_CUDA_CHECK(cudaProfilerStart());
       OSPREY_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
@@ -694,7 +705,7 @@ struct GptOssCudaFp8::Impl {
                                       std::span<const GptOssCudaFp8::RowSampling> rows, const GptOssCudaFp8::Masks* masks) {
     Step st = plan_step(chunks);
     const size_t n = st.logit_row.size();
-    if (rows.size() != n) fail_plain("forward_select: one sampling row per sampling chunk");
+    if (rows.size() != n) fail_plain("forward_select: one RowSampling per sampling row");
     std::vector<cuda::SampleRow> checked(n);
     for (size_t k = 0; k < n; ++k) checked[k] = sample_row(rows[k]);
     launch(st);

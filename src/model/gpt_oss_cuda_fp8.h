@@ -28,6 +28,9 @@ class GptOssCudaFp8 {
     // KV blocks in the pool: > 0 that many; 0: what gpu_memory_utilization leaves after the
     // weights and the scratch (cudaMemGetInfo at construction).
     int64_t kv_blocks = 0;
+    // Speculative decoding: draft tokens per slot a verify chunk may carry at most (decode steps
+    // of slots * (1 + max_draft) rows are graphs; the logits buffer holds that many rows).
+    int max_draft = 0;
     double gpu_memory_utilization = 0.90;  // fraction of the GPU's memory this process may hold
     // GEMMs of 32+ rows through cuBLASLt (its FP8 products differ from exact fp32 sums by ~1.2e-4
     // relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
@@ -55,10 +58,14 @@ class GptOssCudaFp8 {
   // Tokens of a slot at positions start .. start + tokens.size() - 1; their K/V are written at
   // those positions, attention reads positions 0 .. of the slot's blocks. sample: the chunk's
   // last token gives a row of logits (a token).
+  // verify: a speculative verify chunk (the slot's newest token and its drafts): every token
+  // samples (gives a row), and its rows run as decode rows, each attending to the positions up
+  // to its own (the chunk's K/V are written before any of its rows reads them).
   struct Chunk {
     int slot = 0, start = 0;
     std::span<const int32_t> tokens;
     bool sample = true;
+    bool verify = false;
   };
   // Optional token masks of a step's sampling rows: compute() runs on the host while the forward
   // runs on the GPU, then row(i) is the i-th sampling row's mask (nullptr: none; bit t % 32 of
@@ -68,10 +75,11 @@ class GptOssCudaFp8 {
     std::function<const uint32_t*(size_t)> row;
   };
   // One forward over the chunks (distinct slots, at most options().max_rows tokens in all): the
-  // logits [vocab] of each sampling chunk, in chunk order.
+  // logits [vocab] of each sampling row (a sampling chunk's last token, every token of a verify
+  // chunk), in chunk order.
   std::vector<std::vector<float>> forward_logits(std::span<const Chunk> chunks);
-  // The same forward, each sampling chunk's next token selected on the GPU with rows[i] (one per
-  // sampling chunk); no logits are copied.
+  // The same forward, each sampling row's next token selected on the GPU with rows[i] (one per
+  // sampling row); no logits are copied.
   std::vector<int32_t> forward_select(std::span<const Chunk> chunks, std::span<const RowSampling> rows,
                                       const Masks* masks = nullptr);
   // Every position's logits [T][vocab] of one chunk (any length: run in pieces of max_rows).
