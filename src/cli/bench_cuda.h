@@ -11,6 +11,8 @@ struct BenchCudaArgs {
   int steps = 32, prefill_reps = 2, prefill_chunk = 2048;
   uint64_t seed = 1;
   bool graphs = true;
+  // Speculative verify steps: draft lengths and batch sizes to time (empty: none).
+  std::string verify_ks, verify_batches = "1,8,32";
   // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);
   // temperature 0 (the default) takes the argmax.
   float temperature = 0.0f, top_p = 1.0f;

@@ -82,6 +82,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--top-p", cu->top_p, "cuda: nucleus mass of the sampled decode steps")->check(CLI::Range(1e-6, 1.0));
   cmd->add_option("--top-k", cu->top_k, "cuda: top-k of the sampled decode steps (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", cu->json, "cuda: also write the results as JSON here");
+  cmd->add_option("--verify-k", cu->verify_ks,
+                  "cuda: draft lengths k whose speculative verify step (k + 1 tokens per sequence) is timed against the "
+                  "decode step, e.g. 1,2,3,4,5,6,7,8");
+  cmd->add_option("--verify-batches", cu->verify_batches, "cuda: batch sizes of the verify table");
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;
     if (args->model.empty()) fail("bench: --model is required (or use `bench serve` or `bench grammar`)");

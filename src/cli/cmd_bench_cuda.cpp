@@ -35,14 +35,19 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   };
   const std::vector<int32_t> prefill_lens = positive(a.prefill_lens, "--prefill-lens"),
                              batches = positive(a.batches, "--batches"), contexts = positive(a.contexts, "--contexts");
-  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const std::vector<int32_t> verify_ks = a.verify_ks.empty() ? std::vector<int32_t>{} : positive(a.verify_ks, "--verify-k");
+  const std::vector<int32_t> verify_batches = positive(a.verify_batches, "--verify-batches");
+  const int max_draft = verify_ks.empty() ? 0 : *std::max_element(verify_ks.begin(), verify_ks.end());
+  int max_batch = *std::max_element(batches.begin(), batches.end());
+  if (max_draft > 0) max_batch = std::max(max_batch, *std::max_element(verify_batches.begin(), verify_batches.end()));
   const int max_ctx = std::max(*std::max_element(contexts.begin(), contexts.end()) + a.steps + 2,
                                *std::max_element(prefill_lens.begin(), prefill_lens.end()) + 2);
   const double bw = GptOssCudaFp8::measure_copy_bandwidth();
   log_info("device copy bandwidth {:.0f} GB/s (read + write)", bw / 1e9);
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
-  GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs});
+  GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
+                          .max_draft = max_draft});
   CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
@@ -120,6 +125,56 @@ void run_bench_cuda(const BenchCudaArgs& a) {
       for (int i = 0; i < b; ++i) seqs.release(i);
       out["decode"].push_back(row);
     }
+  if (!verify_ks.empty()) {
+    // A verify step of k drafts: k + 1 tokens of each sequence in one forward (a decode step's
+    // graph over (k + 1) b rows), the slots rolled back after each so the context stays put.
+    // Speedup at per-token acceptance a: E(k) = (1 - a^(k+1)) / (1 - a) tokens per step, over
+    // the step's cost relative to a decode step.
+    fmt::print("\nspeculative verify steps (k drafts: k + 1 tokens per sequence; speedup = expected tokens per verify "
+               "step x decode step / verify step)\n");
+    fmt::print("\n| context | batch | k | verify step (ms) | decode step (ms) | cost vs decode | speedup at acceptance "
+               "0.5 | 0.7 | 0.9 |\n");
+    fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    auto expected = [](double acc, int k) { return (1 - std::pow(acc, k + 1)) / (1 - acc); };
+    for (int ctx : contexts)
+      for (int b : verify_batches) {
+        std::vector<int32_t> slots(b);
+        for (int i = 0; i < b; ++i) slots[i] = i, seqs.fill_random(i, ctx);
+        auto time_step = [&](int k) {
+          std::vector<std::vector<int32_t>> toks(static_cast<size_t>(b));
+          for (auto& t : toks) t = random_tokens(k + 1);
+          std::vector<GptOssCudaFp8::RowSampling> rows(size_t(b) * (k + 1));
+          auto once = [&] {
+            if (k == 0) {
+              std::vector<int32_t> one(static_cast<size_t>(b));
+              for (int i = 0; i < b; ++i) one[size_t(i)] = toks[size_t(i)][0];
+              seqs.decode_select(slots, one, rows);
+            } else {
+              seqs.verify_select(slots, toks, rows);
+            }
+            for (int i = 0; i < b; ++i) seqs.truncate(i, ctx);
+          };
+          once();  // warm-up: the bucket's graph
+          model.synchronize();
+          auto t = clock_type::now();
+          for (int s = 0; s < a.steps; ++s) once();
+          return seconds_since(t) / a.steps;
+        };
+        try {
+          const double dec = time_step(0);
+          for (int k : verify_ks) {
+            const double ver = time_step(k), rel = ver / dec;
+            out["verify"].push_back({{"context", ctx}, {"batch", b}, {"k", k}, {"verify_seconds", ver},
+                                     {"decode_seconds", dec}, {"cost_vs_decode", rel}});
+            fmt::print("| {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:.2f} | {:.2f} | {:.2f} |\n", ctx, b, k, ver * 1e3,
+                       dec * 1e3, rel, expected(0.5, k) / rel, expected(0.7, k) / rel, expected(0.9, k) / rel);
+          }
+        } catch (const std::exception& e) {
+          fmt::print("| {} | {} | — | does not fit: {} | | | | | |\n", ctx, b, e.what());
+        }
+        for (int i = 0; i < b; ++i) seqs.release(i);
+      }
+  }
   if (!a.json.empty()) {
     std::FILE* f = std::fopen(a.json.c_str(), "w");
     if (!f) fail("cannot write {}", a.json);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cli/commands.h"
+#include "cli/speculative_arg.h"
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -31,6 +32,8 @@ void add_serve(CLI::App& app) {
     int reasoning_budget = 1024;
     double kv_cache_gib = 4.0, gpu_memory_utilization = 0.90;
     bool no_prefix_caching = false;
+    SpeculativeArg spec;
+    std::string spec_default = "on";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
@@ -63,6 +66,11 @@ void add_serve(CLI::App& app) {
                   "before its answer is forced; a request's reasoning_budget overrides it")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
+  args->spec.add(cmd);
+  cmd->add_option("--speculative-default", args->spec_default,
+                  "with --speculative: whether requests that do not set the 'speculative' field get it (a request's "
+                  "field overrides)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->callback([args] {
     args->model = model_or_default(args->model);
     log_info("loading {}", args->model);
@@ -79,6 +87,9 @@ void add_serve(CLI::App& app) {
                     .kv_block_size = 16,
                     .kv_blocks = args->kv_blocks,
                     .prefix_caching = !args->no_prefix_caching};
+    // A draft model on the GPU loads first: the target's KV pool is sized from what is left.
+    args->spec.apply(ec, mc, args->backend);
+    ec.spec_default = args->spec_default == "on";
     // The model and its runner: the CPU engine over KV the engine stores, or the GPU, whose KV
     // memory the model holds and the engine's block manager places (sized from what is left).
     std::unique_ptr<GptOssCpuModel> cpu_model;
@@ -89,7 +100,7 @@ void add_serve(CLI::App& app) {
       gpu_model = std::make_unique<GptOssCudaFp8>(
           w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len,
                                     .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = ec.kv_blocks,
-                                    .gpu_memory_utilization = args->gpu_memory_utilization});
+                                    .max_draft = ec.spec_k, .gpu_memory_utilization = args->gpu_memory_utilization});
       block_bytes = gpu_model->kv_block_bytes();
       runner = std::make_unique<CudaModelRunner>(*gpu_model);
     } else {

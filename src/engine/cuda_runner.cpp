@@ -164,6 +164,40 @@ std::vector<std::vector<float>> CudaSlots::decode_logits(std::span<const int32_t
   return lg;
 }
 
+std::vector<GptOssCudaFp8::Chunk> CudaSlots::verify_chunks(std::span<const int32_t> slots,
+                                                           const std::vector<std::vector<int32_t>>& tokens) {
+  if (slots.size() != tokens.size()) fail("verify: one token list per slot");
+  std::vector<GptOssCudaFp8::Chunk> chunks;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    chunks.push_back(place(slots[i], length(slots[i]), tokens[i], true));
+    chunks.back().verify = true;
+  }
+  return chunks;
+}
+
+std::vector<int32_t> CudaSlots::verify_select(std::span<const int32_t> slots, const std::vector<std::vector<int32_t>>& tokens,
+                                              std::span<const GptOssCudaFp8::RowSampling> rows) {
+  const std::vector<GptOssCudaFp8::Chunk> chunks = verify_chunks(slots, tokens);
+  std::vector<int32_t> ids = model_.forward_select(chunks, rows);
+  advance(chunks);
+  return ids;
+}
+
+std::vector<std::vector<float>> CudaSlots::verify_logits(std::span<const int32_t> slots,
+                                                         const std::vector<std::vector<int32_t>>& tokens) {
+  const std::vector<GptOssCudaFp8::Chunk> chunks = verify_chunks(slots, tokens);
+  std::vector<std::vector<float>> lg = model_.forward_logits(chunks);
+  advance(chunks);
+  return lg;
+}
+
+void CudaSlots::truncate(int slot, int n) {
+  SeqKv& s = *seq_.at(size_t(slot));
+  kv_.truncate(s, n);
+  s.set_length(std::min(n, s.length()));
+  model_.set_blocks(slot, s.table(kFullGroup), s.table(kSlidingGroup));
+}
+
 std::vector<std::vector<float>> CudaSlots::ragged_logits(const std::vector<Part>& parts) {
   std::vector<GptOssCudaFp8::Chunk> chunks;
   for (const Part& p : parts) chunks.push_back(place(p.slot, length(p.slot), p.tokens, p.sample));

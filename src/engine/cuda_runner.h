@@ -66,6 +66,13 @@ class CudaSlots {
                                      std::span<const GptOssCudaFp8::RowSampling> rows,
                                      const GptOssCudaFp8::Masks* masks = nullptr);
   std::vector<std::vector<float>> decode_logits(std::span<const int32_t> slots, std::span<const int32_t> tokens);
+  // Speculative verification: each listed slot (distinct) appends tokens[i] (its newest token and
+  // drafts) as one verify chunk; the token after every one of them, selected with rows (one per
+  // token, in order), or their logits. truncate(slot, n) rolls a slot back to n positions.
+  std::vector<int32_t> verify_select(std::span<const int32_t> slots, const std::vector<std::vector<int32_t>>& tokens,
+                                     std::span<const GptOssCudaFp8::RowSampling> rows);
+  std::vector<std::vector<float>> verify_logits(std::span<const int32_t> slots, const std::vector<std::vector<int32_t>>& tokens);
+  void truncate(int slot, int n);
   // One forward over parts of several slots (distinct), each appended at its slot's length: the
   // logits of the parts that sample, in order (the engine's ragged step, by hand).
   struct Part {
@@ -81,6 +88,8 @@ class CudaSlots {
   // Blocks for positions [start, start + n) of the slot, handed to the model.
   GptOssCudaFp8::Chunk place(int slot, int start, std::span<const int32_t> tokens, bool sample);
   void advance(std::span<const GptOssCudaFp8::Chunk> chunks);
+  std::vector<GptOssCudaFp8::Chunk> verify_chunks(std::span<const int32_t> slots,
+                                                  const std::vector<std::vector<int32_t>>& tokens);
   GptOssCudaFp8& model_;
   KvBlockManager kv_;
   std::vector<std::unique_ptr<SeqKv>> seq_;

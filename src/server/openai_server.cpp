@@ -377,6 +377,12 @@ struct OpenAiServer::Impl {
     if (g.sampling.top_k < 0) throw ApiError(400, "'top_k' must be >= 0", "invalid_request_error", "top_k");
     g.adjust = logit_adjust(b, engine.model_config().vocab);
     g.logprobs = logprobs_of(b, chat);
+    // osprey's extension: speculative decoding for this request (the server's --speculative-default
+    // when absent); the engine refuses true where it cannot run it, with the reason.
+    if (auto it = b.find("speculative"); it != b.end() && !it->is_null()) {
+      if (!it->is_boolean()) throw ApiError(400, "'speculative' must be true or false", "invalid_request_error", "speculative");
+      g.speculative = it->get<bool>();
+    }
     if (!get_field<bool>(b, "ignore_eos", false)) {
       // <|return|> and <|call|> end an answer; never <|end|>, which only ends a message.
       g.stop_tokens = {harmony::kReturn, harmony::kCall};
@@ -932,6 +938,18 @@ struct OpenAiServer::Impl {
     counter("prefix_cache_evictions_total", "Cached KV blocks evicted for new ones.", double(m.prefix.evictions));
     gauge("prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / looked up, since start.",
           m.prefix.queries ? double(m.prefix.hits) / double(m.prefix.queries) : 0.0);
+    counter("spec_decode_num_drafts_total", "Speculative verify chunks (a sequence's drafts checked in one step).",
+            double(m.spec_drafts));
+    counter("spec_decode_num_draft_tokens_total", "Draft tokens verified.", double(m.spec_draft_tokens));
+    counter("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", double(m.spec_accepted_tokens));
+    counter("spec_decode_emitted_tokens_total", "Tokens emitted by verify chunks (accepted drafts and the target's own).",
+            double(m.spec_emitted));
+    counter("spec_decode_steps_total", "Engine steps that verified drafts.", double(m.spec_steps));
+    counter("spec_decode_propose_seconds_total", "Host time spent proposing drafts.", m.spec_propose_seconds);
+    gauge("spec_decode_acceptance_rate", "Draft tokens accepted / verified, since start.",
+          m.spec_draft_tokens ? double(m.spec_accepted_tokens) / double(m.spec_draft_tokens) : 0.0);
+    gauge("spec_decode_mean_acceptance_length", "Tokens per verify chunk (1 + accepted drafts), since start.",
+          m.spec_drafts ? double(m.spec_emitted) / double(m.spec_drafts) : 0.0);
     vllm_metrics(m, s);
     return s;
   }
@@ -967,6 +985,16 @@ struct OpenAiServer::Impl {
     hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft);
     hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl);
     hist("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e);
+    one("spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", double(m.spec_drafts));
+    one("spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", double(m.spec_draft_tokens));
+    one("spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", double(m.spec_accepted_tokens));
+    if (!m.spec_accepted_per_pos.empty()) {
+      s += "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.\n"
+           "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+      for (size_t i = 0; i < m.spec_accepted_per_pos.size(); ++i)
+        s += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", labels, i,
+                         m.spec_accepted_per_pos[i]);
+    }
     s += fmt::format("# HELP vllm:cache_config_info Information of the KV cache.\n# TYPE vllm:cache_config_info gauge\n"
                      "vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\"}} 1\n",
                      engine.kv_block_size(), engine.kv_blocks(), engine.config().prefix_caching ? "True" : "False");

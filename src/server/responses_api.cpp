@@ -137,7 +137,7 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
       "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "max_output_tokens",
       "temperature", "top_p", "top_k", "seed", "text", "stream", "store", "previous_response_id", "metadata", "user",
       "truncation", "include", "background", "service_tier", "top_logprobs", "max_tool_calls", "reasoning_budget",
-      "prompt_cache_key", "safety_identifier", "stream_options"};
+      "prompt_cache_key", "safety_identifier", "stream_options", "speculative"};
   for (auto it = req.begin(); it != req.end(); ++it)
     if (!kKnown.count(it.key())) refuse(it.key(), "is not a Responses API field osprey knows");
   auto given = [&](const char* k) -> const json* {
@@ -203,7 +203,8 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
         refuse("reasoning." + it.key(), "is not supported");
   }
   if (const json* v = given("max_output_tokens")) chat["max_tokens"] = *v;
-  for (const char* k : {"temperature", "top_p", "top_k", "seed", "parallel_tool_calls", "reasoning_budget", "stream"})
+  for (const char* k : {"temperature", "top_p", "top_k", "seed", "parallel_tool_calls", "reasoning_budget", "stream",
+                        "speculative"})
     if (const json* v = given(k)) chat[k] = *v;
   if (const json* text = given("text")) {
     if (!text->is_object()) refuse("text", "must be an object");

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "cuda_test_util.h"
 #include "engine/cuda_runner.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "model/gpt_oss_cuda_fp8.h"
 #include "model/gpt_oss_weights.h"
 #include "synth/synth.h"
@@ -202,6 +204,111 @@ TEST(CudaFp8Model, EnginePrefixCacheEqualsColdPrefill) {
   const EngineMetrics m = warm.metrics();
   EXPECT_GE(m.prefix.hits, uint64_t(3 * 640));  // questions 1-3 each reuse the system prompt's 10 blocks
   EXPECT_EQ(cold.metrics().prefix.hits, 0u);
+}
+
+
+// A speculative verify chunk (a slot's newest token and its drafts, run as decode rows in one
+// step's graph) gives each position the logits that decoding the tokens one by one gives, within
+// the decode attention's split-order rounding; the rolled-back slot then decodes as if the
+// rejected drafts had never been there.
+TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
+  test::TempDir dir;
+  synth_checkpoint(mini_shape(), dir.str(), {.seed = 11, .progress = false, .branch_scale = 0.25f});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssCudaFp8 m(w, {.slots = 4, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
+                      .max_draft = 8, .cublaslt = false});
+  const int V = w.config.vocab;
+  std::mt19937 rng(5);
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = int32_t(rng() % 200000);
+    return t;
+  };
+  for (int k : {1, 3, 8}) {
+    CudaSlots one(m);
+    // Two sequences verify together (slots 0, 1), their references decode one token at a time (2, 3).
+    std::vector<std::vector<int32_t>> prompt = {tokens(70 + k), tokens(190)}, ver = {tokens(k + 1), tokens(k + 1)};
+    for (int i = 0; i < 2; ++i) one.prefill_logits(i, prompt[i], false), one.prefill_logits(2 + i, prompt[i], false);
+    const std::vector<int32_t> vslots = {0, 1};
+    const std::vector<std::vector<float>> got = one.verify_logits(vslots, ver);
+    ASSERT_EQ(got.size(), size_t(2 * (k + 1)));
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j <= k; ++j) {
+        const int32_t slot = 2 + i;
+        const std::vector<float> want = one.decode_logits(std::span(&slot, 1), std::span(&ver[i][j], 1))[0];
+        const std::vector<float>& g = got[size_t(i * (k + 1) + j)];
+        EXPECT_LT(rel_diff(g.data(), want.data(), size_t(V)), 2e-6) << "k " << k << " seq " << i << " pos " << j;
+        EXPECT_EQ(std::max_element(g.begin(), g.end()) - g.begin(), std::max_element(want.begin(), want.end()) - want.begin());
+      }
+    // Roll slot 0 back to its prompt plus the first token, then decode a different token there.
+    one.truncate(0, int(prompt[0].size()) + 1);
+    one.truncate(2, int(prompt[0].size()) + 1);
+    const int32_t other = 12345, s0 = 0, s2 = 2;
+    const auto a = one.decode_logits(std::span(&s0, 1), std::span(&other, 1))[0];
+    const auto b = one.decode_logits(std::span(&s2, 1), std::span(&other, 1))[0];
+    EXPECT_LT(rel_diff(a.data(), b.data(), size_t(V)), 2e-6) << "after rollback, k " << k;
+  }
+}
+
+// The engine with speculation on the GPU: greedy tokens with the n-gram proposer and with a draft
+// model (the target's own weights on a second GPU model: every draft accepted) equal the tokens
+// without it; seeded sampling gives every request the same tokens too.
+TEST(CudaFp8Model, EngineSpeculativeEqualsPlain) {
+  test::TempDir dir;
+  synth_checkpoint(mini_shape(), dir.str(), {.seed = 12, .progress = false, .branch_scale = 0.25f});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  const GptOssCudaFp8::Options o{.slots = 4, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 160,
+                                 .max_draft = 4, .cublaslt = false};
+  std::mt19937 rng(6);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int q = 0; q < 4; ++q) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 40 + 20 * q; ++i) p.push_back(int32_t(q % 2 ? i % 7 : rng() % 200000));  // some repeat
+    prompts.push_back(p);
+  }
+  auto run_all = [&](Engine& e, float temperature) {
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (size_t q = 0; q < prompts.size(); ++q) {
+      GenerationRequest r{.prompt = prompts[q], .max_tokens = 40, .sampling = {.temperature = temperature, .seed = 7 + q}};
+      hs.push_back(e.submit(r));
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& h : hs) {
+      std::vector<int32_t> toks;
+      TokenEvent ev;
+      while (h->next(ev)) {
+        if (ev.token >= 0) toks.push_back(ev.token);
+        EXPECT_NE(ev.finish, FinishReason::Error) << ev.error;
+      }
+      out.push_back(toks);
+    }
+    return out;
+  };
+  GptOssCudaFp8 plain_m(w, o);
+  EngineConfig ec{.max_batch = 4, .max_batched_tokens = 256, .max_queue = 64, .max_seq_len = 1024};
+  Engine plain(std::make_unique<CudaModelRunner>(plain_m), ec);
+  const auto greedy = run_all(plain, 0.0f), sampled = run_all(plain, 0.8f);
+  struct Case {
+    const char* name;
+    std::function<std::shared_ptr<Proposer>()> make;
+  };
+  GptOssCudaFp8 draft_m(w, {.slots = 4, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 160, .cublaslt = false});
+  KvLayout L = kv_layout_of(w.config);
+  L.block_size = GptOssCudaFp8::kBlockPositions, L.num_blocks = draft_m.kv_blocks(), L.storage = false;
+  for (const Case& c : {Case{"ngram", [] { return std::make_shared<NgramProposer>(1, 3, 4096); }},
+                        Case{"draft", [&] {
+                               return std::make_shared<DraftModelProposer>(std::make_unique<CudaModelRunner>(draft_m), L, 256);
+                             }}}) {
+    GptOssCudaFp8 m(w, o);
+    EngineConfig sc = ec;
+    sc.proposer = c.make(), sc.spec_k = 4, sc.spec_adaptive = false;
+    Engine spec(std::make_unique<CudaModelRunner>(m), sc);
+    EXPECT_EQ(run_all(spec, 0.0f), greedy) << c.name;
+    EXPECT_EQ(run_all(spec, 0.8f), sampled) << c.name;
+    const EngineMetrics mt = spec.metrics();
+    EXPECT_GT(mt.spec_drafts, 0u) << c.name;  // drafts were verified (the repeating prompts give n-gram ones)
+    if (std::string(c.name) == "draft") EXPECT_GT(mt.spec_accepted_tokens * 2, mt.spec_draft_tokens);
+  }
 }
 
 }  // namespace
