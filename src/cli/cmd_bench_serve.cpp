@@ -3,6 +3,9 @@
 // ignore_eos), a fixed number in flight per concurrency level; reports throughput and
 // time-to-first-token / inter-token latency percentiles.
 #include <httplib.h>
+#include <cstring>
+#include <sstream>
+#include <map>
 
 #include <algorithm>
 #include <atomic>
@@ -97,6 +100,21 @@ RequestResult one_request(const std::string& host, int port, const std::string& 
   return r;
 }
 
+// The server's speculative-decoding counters (osprey's /metrics; empty for a server without them).
+std::map<std::string, double> spec_counters(const std::string& host, int port) {
+  std::map<std::string, double> out;
+  httplib::Client cli(host, port);
+  auto res = cli.Get("/metrics");
+  if (!res || res->status != 200) return out;
+  std::istringstream in(res->body);
+  for (std::string line; std::getline(in, line);)
+    for (const char* name : {"osprey_spec_decode_num_drafts_total", "osprey_spec_decode_num_draft_tokens_total",
+                             "osprey_spec_decode_num_accepted_tokens_total", "osprey_spec_decode_emitted_tokens_total",
+                             "osprey_spec_decode_steps_total", "osprey_engine_step_seconds_count"})
+      if (line.rfind(std::string(name) + " ", 0) == 0) out[name] = std::atof(line.c_str() + std::strlen(name) + 1);
+  return out;
+}
+
 }  // namespace
 
 void add_bench_serve(CLI::App* bench) {
@@ -156,6 +174,7 @@ void add_bench_serve(CLI::App* bench) {
         std::copy(prefix.begin(), prefix.end(), p.begin());
       }
       std::vector<RequestResult> results(n);
+      const std::map<std::string, double> spec0 = spec_counters(host, port);
       std::atomic<int> next{0};
       auto t0 = clk::now();
       std::vector<std::thread> workers;
@@ -187,6 +206,22 @@ void add_bench_serve(CLI::App* bench) {
                             {"ttft_p50_ms", percentile(ttft, 50) * 1e3}, {"ttft_p99_ms", percentile(ttft, 99) * 1e3},
                             {"itl_p50_ms", percentile(itl, 50) * 1e3}, {"itl_p99_ms", percentile(itl, 99) * 1e3}};
       if (!first_error.empty()) run["first_error"] = first_error;
+      if (std::map<std::string, double> spec1 = spec_counters(host, port); !spec1.empty() && !spec0.empty()) {
+        auto d = [&](const char* k) { return spec1[k] - spec0.at(k); };
+        const double chunks = d("osprey_spec_decode_num_drafts_total"), drafts = d("osprey_spec_decode_num_draft_tokens_total");
+        const double accepted = d("osprey_spec_decode_num_accepted_tokens_total"), steps = d("osprey_engine_step_seconds_count");
+        run["speculative"] = {{"verify_chunks", chunks},
+                              {"draft_tokens", drafts},
+                              {"accepted_tokens", accepted},
+                              {"acceptance_rate", drafts > 0 ? accepted / drafts : 0.0},
+                              {"tokens_per_verify_chunk", chunks > 0 ? d("osprey_spec_decode_emitted_tokens_total") / chunks : 0.0},
+                              {"engine_steps", steps},
+                              {"steps_with_drafts", d("osprey_spec_decode_steps_total")},
+                              {"accepted_tokens_per_step", steps > 0 ? accepted / steps : 0.0}};
+        if (drafts > 0)
+          fmt::print(stderr, "      speculative: {:.0f} of {:.0f} draft tokens accepted ({:.1f}%), {:.2f} accepted per engine step\n",
+                     accepted, drafts, 100 * accepted / drafts, steps > 0 ? accepted / steps : 0.0);
+      }
       if (args->shared_prefix > 0) run["shared_prefix"] = args->shared_prefix;
       if (n <= 16) {  // each request's end-to-end latency, in submission order
         nlohmann::json lat = nlohmann::json::array();

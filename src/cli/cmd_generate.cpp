@@ -54,7 +54,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
   for (const auto& p : prompts) {
     GenerationRequest req{.prompt = p, .max_tokens = opt.max_tokens, .sampling = opt.sampling};
     if (opt.stop_at_eos) req.stop_tokens = w.config.eos_token_ids;
-    req.speculative = true;
+    if (a.spec.mode != "off") req.speculative = true;
     const auto t0 = std::chrono::steady_clock::now();
     auto h = engine.submit(req);
     std::vector<int32_t> out;
@@ -71,7 +71,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
     std::fflush(stdout);
   }
   log_info("{} prompt tokens, generated {} tokens in {:.3f}s (prefill included)", prompt_tokens, generated, seconds);
-  log_info("{}", speculative_summary(engine.metrics(), a.spec.spec));
+  if (a.spec.mode != "off") log_info("{}", speculative_summary(engine.metrics(), a.spec.spec));
 }
 }  // namespace
 

@@ -15,8 +15,9 @@ void SpeculativeArg::add(CLI::App* cmd) {
                   "tokenizer drafting greedily), K draft tokens per step (1-16); outputs are unchanged");
   cmd->add_option("--speculative-mode", mode,
                   "auto: per batch size, draft lengths 0, K/2 and K are measured and the fastest is used (off where "
-                  "speculation does not pay); always: K drafts every step")
-      ->check(CLI::IsMember({"auto", "always"}));
+                  "speculation does not pay); always: K drafts every step; off: the same engine without drafts (to "
+                  "measure against)")
+      ->check(CLI::IsMember({"auto", "always", "off"}));
 }
 
 int SpeculativeArg::k() const { return on() ? parse_speculative(spec).k : 0; }
@@ -58,6 +59,7 @@ int64_t draft_blocks(const GptOssConfig& c, const EngineConfig& ec, int block, s
 void SpeculativeArg::apply(EngineConfig& ec, const GptOssConfig& target, const std::string& backend) const {
   if (!on()) return;
   const SpeculativeSpec s = parse_speculative(spec);
+  if (mode == "off") return;
   ec.spec_k = s.k;
   ec.spec_adaptive = mode == "auto";
   if (s.kind == "ngram") {

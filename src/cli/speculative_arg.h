@@ -1,4 +1,4 @@
-// --speculative ngram:K | draft:DIR:K and --speculative-mode auto|always, shared by generate and
+// --speculative ngram:K | draft:DIR:K and --speculative-mode auto|always|off, shared by generate and
 // serve: the engine's proposer (a draft model loaded on the target's backend) and settings.
 #pragma once
 #include <CLI/CLI.hpp>

@@ -182,14 +182,11 @@ int SpecPolicy::choose(int batch) {
   std::vector<Arm>& arms = buckets_[b];
   arms.resize(ks_.size());
   for (size_t a = 0; a < arms.size(); ++a)  // unmeasured, or not for a while: measure it
-    if (arms[a].last < 0 || step - arms[a].last >= explore_) {
+    if (arms[a].n == 0 || step - arms[a].last >= std::max<int64_t>(explore_, arms[a].interval)) {
       arms[a].last = step;  // counts as tried even if the step turns out not to be decode-only
       return ks_[a];
     }
-  size_t best = 0;
-  for (size_t a = 1; a < arms.size(); ++a)
-    if (arms[a].tokens * arms[best].seconds > arms[best].tokens * arms[a].seconds) best = a;
-  return ks_[best];
+  return ks_[best_arm(arms)];
 }
 
 void SpecPolicy::record(int batch, int k, double seconds, double tokens_per_seq) {
@@ -205,6 +202,16 @@ void SpecPolicy::record(int batch, int k, double seconds, double tokens_per_seq)
   a.tokens = a.n ? (1 - w) * a.tokens + w * tokens_per_seq : tokens_per_seq;
   ++a.n;
   a.last = steps_[b];
+  const Arm& best = arms[best_arm(arms)];
+  a.interval = a.rate() < 0.9 * best.rate() ? std::min<int64_t>(std::max<int64_t>(explore_, a.interval) * 2, 32 * explore_)
+                                            : explore_;
+}
+
+size_t SpecPolicy::best_arm(const std::vector<Arm>& arms) const {
+  size_t best = 0;
+  for (size_t a = 1; a < arms.size(); ++a)
+    if (arms[a].n > 0 && (arms[best].n == 0 || arms[a].rate() > arms[best].rate())) best = a;
+  return best;
 }
 
 }  // namespace osprey

@@ -88,9 +88,11 @@ class DraftModelProposer final : public Proposer {
 // Whether speculation pays, decided from measurements. Per decode batch size (power-of-two
 // buckets) it keeps, for each candidate draft length (0, K/2, K), the mean time of a decode step
 // (proposing included) and the mean tokens a sequence got from it, and uses the length with the
-// most tokens per second; a candidate not measured in the last `explore` steps of that bucket is
-// measured again (one step in `explore`), so a change in acceptance or cost is seen. Draft length
-// 0 is plain decoding: speculation is off wherever its measured rate is below it.
+// most tokens per second. A candidate is measured again once `explore` steps of that bucket have
+// passed since its last measurement, so a change in acceptance or cost is seen; each time it
+// measures more than 10% below the best its interval doubles (up to 32 x explore), so a losing
+// candidate costs ever fewer steps. Draft length 0 is plain decoding: speculation is off wherever
+// its measured rate is below it.
 class SpecPolicy {
  public:
   SpecPolicy(int k, bool adaptive, int explore = 50);
@@ -104,7 +106,10 @@ class SpecPolicy {
     double seconds = 0, tokens = 0;
     int n = 0;
     int64_t last = -1;  // bucket step of the last measurement
+    int64_t interval = 0;  // steps between measurements (explore, doubled while it loses)
+    double rate() const { return seconds > 0 ? tokens / seconds : 0; }
   };
+  size_t best_arm(const std::vector<Arm>& arms) const;
   std::vector<int> ks_;
   bool adaptive_;
   int explore_;
