@@ -6,7 +6,7 @@
 # The drafts: the n-gram proposer, and osprey-mini's own first 2 and 1 layers (bench/make_layer_draft.py).
 set -euo pipefail
 BACKEND=${1:-cpu}; M=${2:-models/osprey-mini}; N=${3:-48}; MAXT=${4:-200}
-B=${B:-build/osprey}; W=${W:-$(mktemp -d)}
+B=${B:-build/osprey}; W=${W:-$(mktemp -d)}; mkdir -p $W
 python3 train/data.py --countries tests/node/node_modules/countries-list --out-train $W/tr.jsonl \
   --out-test $W/test.jsonl --train 16 --test-per-family $(( (N + 7) / 8 )) --seed 3 >/dev/null
 python3 - "$W" "$N" <<'PY'
@@ -20,12 +20,16 @@ $B render --model $M --requests $W/prompts.jsonl |
   python3 -c "import json,sys; [print(','.join(map(str, json.loads(l)['ids']))) for l in sys.stdin]" > $W/prompts.ids
 python3 bench/make_layer_draft.py $M 2 $W/draft2 >/dev/null
 python3 bench/make_layer_draft.py $M 1 $W/draft1 >/dev/null
-run() {  # name, extra flags
-  local t0 t1
-  t0=$(date +%s.%N)
+run() {  # name, extra flags: prints "name seconds", the generation time generate logs (prefill and
+         # decode of all prompts; not the process start or the model load)
   $B generate --model $M --backend $BACKEND --prompts $W/prompts.ids --max-tokens $MAXT --greedy "${@:2}" > $W/$1.out 2> $W/$1.err
-  t1=$(date +%s.%N)
-  echo "$1 $(python3 -c "print(f'{$t1 - $t0:.2f}')")"
+  python3 - "$1" "$W/$1.err" <<'PY'
+import re, sys
+t = open(sys.argv[2]).read()
+m = re.search(r"prefill \d+ tokens in ([\d.]+)s, decoded \d+ tokens in ([\d.]+)s", t)
+s = float(m[1]) + float(m[2]) if m else float(re.search(r"generated \d+ tokens in ([\d.]+)s", t)[1])
+print(f"{sys.argv[1]} {s:.3f}")
+PY
 }
 echo "backend $BACKEND, $(wc -l < $W/prompts.ids) held-out prompts, up to $MAXT tokens each, greedy"
 base=$(run plain | cut -d' ' -f2)

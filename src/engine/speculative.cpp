@@ -135,10 +135,11 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(std::span<const Dr
       run_plan(plan);
     }
   }
-  // Draft j of every live request in one forward: the first also computes the new tokens.
+  // Draft j of every live request: the first also computes the new tokens. The chunks go in as
+  // few forwards as the runner's rows allow (max_chunk rows each).
   for (int j = 0; !live.empty(); ++j) {
-    StepPlan plan;
     std::vector<size_t> rows;
+    std::vector<ScheduledChunk> chunks;
     for (size_t i : live) {
       Sequence& s = shadow(reqs[i].id).seq;
       const int n = int(s.tokens.size()) - s.num_computed;
@@ -146,17 +147,24 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(std::span<const Dr
         drop(i);
         continue;
       }
-      plan.chunks.push_back({&s, s.num_computed, n, true});
+      chunks.push_back({&s, s.num_computed, n, true});
       rows.push_back(i);
     }
-    if (plan.empty()) break;
-    const std::vector<int32_t> ids = run_plan(plan);
     live.clear();
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const size_t i = rows[r];
-      out[i].push_back(ids[r]);
-      shadow(reqs[i].id).seq.tokens.push_back(ids[r]);
-      if (int(out[i].size()) < reqs[i].k) live.push_back(i);
+    for (size_t c0 = 0; c0 < chunks.size();) {
+      StepPlan plan;
+      int total = 0;
+      size_t c1 = c0;
+      while (c1 < chunks.size() && (c1 == c0 || total + chunks[c1].count <= max_chunk_)) total += chunks[c1++].count;
+      plan.chunks.assign(chunks.begin() + long(c0), chunks.begin() + long(c1));
+      const std::vector<int32_t> ids = run_plan(plan);
+      for (size_t r = c0; r < c1; ++r) {
+        const size_t i = rows[r];
+        out[i].push_back(ids[r - c0]);
+        shadow(reqs[i].id).seq.tokens.push_back(ids[r - c0]);
+        if (int(out[i].size()) < reqs[i].k) live.push_back(i);
+      }
+      c0 = c1;
     }
   }
   return out;
