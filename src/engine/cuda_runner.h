@@ -34,6 +34,8 @@ class CudaModelRunner final : public ModelRunner {
   bool uses_host_kv() const override { return false; }
   int kv_block_size() const override { return GptOssCudaFp8::kBlockPositions; }
   int kv_blocks() const override { return model_.kv_blocks(); }
+  bool provides_hidden() const override { return true; }  // read from the GPU on demand
+  std::vector<float> hidden(size_t row) const override { return model_.last_hidden(row); }
   int slots_in_use() const { return int(slot_of_.size()); }
 
  private:

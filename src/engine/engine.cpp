@@ -43,20 +43,33 @@ std::vector<std::vector<float>> CpuModelRunner::run(const StepPlan& plan) {
   std::vector<SequenceChunk> chunks;
   for (const ScheduledChunk& c : plan.chunks)
     chunks.push_back({std::span(c.seq->tokens).subspan(c.start, c.count), c.seq->kv.get(), /*all_logits=*/c.draft > 0});
-  std::vector<std::vector<float>> logits = model_.forward_batch(chunks);
+  std::vector<float> hidden;
+  std::vector<std::vector<float>> logits = model_.forward_batch(chunks, keep_hidden_ ? &hidden : nullptr);
   std::vector<std::vector<float>> out;
-  const size_t V = size_t(model_.config().vocab);
+  const size_t V = size_t(model_.config().vocab), H = size_t(model_.config().hidden);
+  hidden_.clear();
+  size_t row = 0;  // forward_batch's output row (every chunk's last, every row of a verify chunk)
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
-    if (!c.sample) continue;
-    if (c.draft == 0) {
-      out.push_back(std::move(logits[i]));
-      continue;
+    const size_t rows = c.draft > 0 ? size_t(c.count) : 1;
+    if (c.sample) {
+      for (size_t r = 0; r < rows; ++r) {  // a verify chunk: every position's row
+        if (c.draft == 0) out.push_back(std::move(logits[i]));
+        else out.emplace_back(logits[i].begin() + long(r * V), logits[i].begin() + long((r + 1) * V));
+        if (keep_hidden_) hidden_.insert(hidden_.end(), hidden.begin() + long((row + r) * H), hidden.begin() + long((row + r + 1) * H));
+      }
     }
-    for (int r = 0; r < c.count; ++r)  // a verify chunk: every position's row
-      out.emplace_back(logits[i].begin() + long(r * V), logits[i].begin() + long((r + 1) * V));
+    row += rows;
   }
   return out;
+}
+
+std::vector<float> ModelRunner::hidden(size_t) const { fail("this model runner does not keep hidden states"); }
+
+std::vector<float> CpuModelRunner::hidden(size_t row) const {
+  const size_t H = size_t(model_.config().hidden);
+  if ((row + 1) * H > hidden_.size()) fail("hidden: row {} of {} kept", row, hidden_.size() / H);
+  return std::vector<float>(hidden_.begin() + long(row * H), hidden_.begin() + long((row + 1) * H));
 }
 
 std::vector<int32_t> CpuModelRunner::run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
@@ -131,6 +144,12 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
   }
   max_positions_ = lo;
   if (cfg_.proposer && cfg_.spec_k > 0) {
+    if (cfg_.proposer->wants_hidden()) {
+      if (!runner_->provides_hidden())
+        fail("the {} proposer reads the target's hidden states, which this model runner does not give",
+             cfg_.proposer->name());
+      runner_->keep_hidden(true);
+    }
     policy_ = std::make_unique<SpecPolicy>(cfg_.spec_k, cfg_.spec_adaptive);
     metrics_.spec_accepted_per_pos.assign(size_t(cfg_.spec_k), 0);
   }
@@ -249,7 +268,7 @@ int Engine::propose() {
     // Drafts never run past max_tokens: at most k, and one token less than the request has left.
     const int room = std::min(k, s->max_tokens - s->generated() - 1);
     if (!s->speculate || room < 1) continue;
-    reqs.push_back({s->id, s->tokens, room});
+    reqs.push_back({s->id, s->tokens, room, s->hidden});
     asked.push_back(s);
   }
   if (reqs.empty()) return 0;
@@ -354,6 +373,7 @@ void Engine::step() {
     std::string error;  // a constraint threw: the request ends with it
   };
   std::vector<Emitted> emitted;
+  const bool heads = policy_ && cfg_.proposer->wants_hidden();
   size_t li = 0;
   for (ScheduledChunk& c : plan.chunks) {
     if (!c.sample) continue;
@@ -384,6 +404,7 @@ void Engine::step() {
         if (s.logprobs >= 0) e.logprobs = token_logprobs(lg, s.sampler->params().temperature, y[0], s.logprobs);
       }
     }
+    const size_t row0 = li;
     li += size_t(rows);
     // The drafts occupy the chunk's last c.draft tokens; the known part ends before them.
     const size_t known = size_t(c.start + c.count - c.draft);
@@ -398,6 +419,14 @@ void Engine::step() {
         else if (s.generated() >= s.max_tokens) e.finish = FinishReason::Length;
         if (e.finish != FinishReason::None) break;
       }
+    if (heads && s.speculate && !e.tokens.empty()) {
+      try {
+        s.hidden = runner_->hidden(row0 + e.tokens.size() - 1);
+      } catch (const std::exception& ex) {  // no hidden state: the head drafts nothing for it
+        s.hidden.clear();
+        log_info("hidden state of request {}: {}", s.id, ex.what());
+      }
+    }
     if (c.draft > 0) {
       s.sampler->skip(int(e.tokens.size()));
       c.accepted = std::max(0, int(e.tokens.size()) - 1);

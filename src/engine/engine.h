@@ -56,6 +56,12 @@ class ModelRunner {
   // masks (optional): the sampling rows' token masks, which the selection must obey.
   virtual std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
                                           const StepMasks* masks = nullptr);
+  // Draft heads (MTP, EAGLE) read the target's hidden states. A runner that can keep them says so;
+  // after keep_hidden(true), hidden(i) is the last layer's hidden state (the final norm's input,
+  // [hidden]) of the i-th sampling row of the last step.
+  virtual bool provides_hidden() const { return false; }
+  virtual void keep_hidden(bool) {}
+  virtual std::vector<float> hidden(size_t row) const;
 };
 
 // The CPU model over the engine's paged KV: one batched forward per step. selects = true: it
@@ -69,10 +75,15 @@ class CpuModelRunner final : public ModelRunner {
   bool selects_tokens() const override { return selects_; }
   std::vector<int32_t> run_select(const StepPlan& plan, std::span<const TokenChoice> choices,
                                   const StepMasks* masks = nullptr) override;
+  bool provides_hidden() const override { return true; }
+  void keep_hidden(bool on) override { keep_hidden_ = on; }
+  std::vector<float> hidden(size_t row) const override;
 
  private:
   const GptOssCpuModel& model_;
   bool selects_;
+  bool keep_hidden_ = false;
+  std::vector<float> hidden_;  // the last step's sampling rows, [rows][hidden]
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };

@@ -32,6 +32,7 @@ struct Sequence {
   // proposed for its next decode step (the scheduler verifies as many as the step has room for).
   bool speculate = false;
   std::vector<int32_t> draft;
+  std::vector<float> hidden;  // for draft heads: the target's hidden state that chose the last token
   // Whether the logits must come to the host (constraints go to a selecting runner as masks).
   bool needs_host_logits() const { return !adjust.empty() || logprobs >= 0; }
   int generated() const { return int(tokens.size()) - prompt_len; }

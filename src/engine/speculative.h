@@ -37,6 +37,10 @@ struct DraftRequest {
   int64_t id = 0;                   // the engine's sequence id (a proposer may keep state per id)
   std::span<const int32_t> tokens;  // the sequence so far: prompt and output
   int k = 0;                        // drafts wanted at most
+  // For proposers that want them (MTP and EAGLE-style heads): the target's last-layer hidden
+  // state (the final norm's input) at the position before the last token, the one whose logits
+  // chose it: with the last token's embedding, what such a head drafts the next token from.
+  std::span<const float> hidden;
 };
 
 class Proposer {
@@ -47,6 +51,9 @@ class Proposer {
   virtual std::vector<std::vector<int32_t>> propose(std::span<const DraftRequest> reqs) = 0;
   // The sequence finished or was preempted: whatever is kept for it goes.
   virtual void release(int64_t id) {}
+  // The interface an MTP or EAGLE-style head plugs into: true, and every request carries the
+  // target's hidden state (DraftRequest::hidden; the engine refuses a runner that cannot give it).
+  virtual bool wants_hidden() const { return false; }
 };
 
 // Prompt lookup: the last n tokens (n from max_n down to min_n) found earlier in the sequence, at

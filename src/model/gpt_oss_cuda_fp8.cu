@@ -549,6 +549,7 @@ struct GptOssCudaFp8::Impl {
     int T = 0, logit_rows = 0;  // rows of the forward; rows of `logits` written
     std::vector<int32_t> tok, slot, pos;
     std::vector<int> logit_row;
+    std::vector<int> sample_rows;               // forward row of each sampling row
     std::vector<std::pair<int, int>> unembed;  // eager steps: row ranges [first, last) unembedded, in order
   };
   Step plan_step(std::span<const GptOssCudaFp8::Chunk> chunks) {
@@ -591,6 +592,7 @@ struct GptOssCudaFp8::Impl {
     st.T = int(st.tok.size());
     std::vector<int> wanted;
     for (const std::vector<int>& rs : sample_rows_of) wanted.insert(wanted.end(), rs.begin(), rs.end());
+    st.sample_rows = wanted;
     if (st.pass.decode_only()) {
       // A decode step: the graph computes every row's logits, padding rows included.
       st.logit_row = wanted;
@@ -709,9 +711,21 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(d_mask_has.ptr, h_mask_has, size_t(B) * 4, cudaMemcpyHostToDevice, stream));
   }
 
+  // Forward rows of the last step's sampling rows (last_hidden reads them from x).
+  std::vector<int> last_sample_rows;
+  std::vector<float> last_hidden(size_t k) {
+    if (k >= last_sample_rows.size()) fail_plain("last_hidden: no such sampling row in the last step");
+    std::vector<float> h(size_t(cfg.hidden));
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(h.data(), x.ptr + size_t(last_sample_rows[k]) * cfg.hidden, h.size() * 4,
+                                      cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return h;
+  }
+
   std::vector<int32_t> forward_select(std::span<const GptOssCudaFp8::Chunk> chunks,
                                       std::span<const GptOssCudaFp8::RowSampling> rows, const GptOssCudaFp8::Masks* masks) {
     Step st = plan_step(chunks);
+    last_sample_rows = st.sample_rows;
     const size_t n = st.logit_row.size();
     if (rows.size() != n) fail_plain("forward_select: one RowSampling per sampling row");
     std::vector<cuda::SampleRow> checked(n);
@@ -743,6 +757,7 @@ struct GptOssCudaFp8::Impl {
 
   std::vector<std::vector<float>> forward_logits(std::span<const GptOssCudaFp8::Chunk> chunks) {
     Step st = plan_step(chunks);
+    last_sample_rows = st.sample_rows;
     launch(st);
     std::vector<std::vector<float>> out(st.logit_row.size(), std::vector<float>(cfg.vocab));
     for (size_t k = 0; k < out.size(); ++k)
@@ -796,6 +811,7 @@ double GptOssCudaFp8::kv_block_bytes() const { return impl_->block_bytes; }
 void GptOssCudaFp8::set_blocks(int slot, std::span<const int32_t> full, std::span<const int32_t> sliding) {
   impl_->set_blocks(slot, full, sliding);
 }
+std::vector<float> GptOssCudaFp8::last_hidden(size_t k) { return impl_->last_hidden(k); }
 std::vector<std::vector<float>> GptOssCudaFp8::forward_logits(std::span<const Chunk> chunks) {
   return impl_->forward_logits(chunks);
 }

@@ -82,6 +82,9 @@ class GptOssCudaFp8 {
   // sampling row); no logits are copied.
   std::vector<int32_t> forward_select(std::span<const Chunk> chunks, std::span<const RowSampling> rows,
                                       const Masks* masks = nullptr);
+  // The last layer's hidden state (the final norm's input, [hidden]) of the k-th sampling row of
+  // the last forward_select or forward_logits (for draft heads).
+  std::vector<float> last_hidden(size_t k);
   // Every position's logits [T][vocab] of one chunk (any length: run in pieces of max_rows).
   std::vector<float> forward_all_logits(const Chunk& chunk);
 

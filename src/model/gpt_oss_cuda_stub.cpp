@@ -35,6 +35,7 @@ int GptOssCudaFp8::kv_blocks() const { return 0; }
 double GptOssCudaFp8::kv_block_bytes() const { return 0; }
 void GptOssCudaFp8::set_blocks(int, std::span<const int32_t>, std::span<const int32_t>) { fail("no CUDA backend"); }
 std::vector<std::vector<float>> GptOssCudaFp8::forward_logits(std::span<const Chunk>) { fail("no CUDA backend"); }
+std::vector<float> GptOssCudaFp8::last_hidden(size_t) { fail("no CUDA backend"); }
 std::vector<int32_t> GptOssCudaFp8::forward_select(std::span<const Chunk>, std::span<const RowSampling>, const Masks*) {
   fail("no CUDA backend");
 }

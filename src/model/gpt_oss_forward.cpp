@@ -82,7 +82,8 @@ std::vector<float> GptOssCpuModel::forward(std::span<const int32_t> tokens, Sequ
   return std::move(forward_batch(std::span(&c, 1))[0]);
 }
 
-std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const SequenceChunk> chunks) const {
+std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const SequenceChunk> chunks,
+                                                              std::vector<float>* hidden) const {
   const GptOssConfig& c = w_.config;
   const int H = c.hidden;
   std::vector<int32_t> tokens, pos;  // [T] over all chunks
@@ -116,6 +117,7 @@ std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const Se
   const int R = int(rows.size());
   std::vector<float> sel(size_t(R) * H), h(size_t(R) * H), logits(size_t(R) * c.vocab);
   for (int r = 0; r < R; ++r) std::copy_n(&x[size_t(rows[r]) * H], H, &sel[size_t(r) * H]);
+  if (hidden) *hidden = sel;
   cpu::f32_bf16w_rmsnorm(sel.data(), w_.final_norm, h.data(), R, H, float(c.rms_norm_eps));
   round_act(h);
   linear(w_.unembed, fp8_ ? &fp8_->unembed : nullptr, /*bias=*/nullptr, h.data(), logits.data(), R);

@@ -39,7 +39,10 @@ class GptOssCpuModel {
   KvCache new_cache() const;
 
   // Logits per chunk: [T][vocab] (all_logits) or [1][vocab]. Appends every chunk to its KV.
-  std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const;
+  // hidden (optional): the last layer's hidden states (the final norm's input) of the same rows,
+  // [rows][hidden], in the same order.
+  std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks,
+                                                std::vector<float>* hidden = nullptr) const;
   std::vector<float> forward(std::span<const int32_t> tokens, SequenceKv& kv, bool all_logits) const;
 
  private:

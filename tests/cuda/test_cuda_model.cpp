@@ -232,12 +232,16 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
     const std::vector<int32_t> vslots = {0, 1};
     const std::vector<std::vector<float>> got = one.verify_logits(vslots, ver);
     ASSERT_EQ(got.size(), size_t(2 * (k + 1)));
+    std::vector<std::vector<float>> hidden;  // what a draft head would read, for every verify row
+    for (size_t r = 0; r < got.size(); ++r) hidden.push_back(m.last_hidden(r));
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j <= k; ++j) {
         const int32_t slot = 2 + i;
         const std::vector<float> want = one.decode_logits(std::span(&slot, 1), std::span(&ver[i][j], 1))[0];
         const std::vector<float>& g = got[size_t(i * (k + 1) + j)];
         EXPECT_LT(rel_diff(g.data(), want.data(), size_t(V)), 2e-6) << "k " << k << " seq " << i << " pos " << j;
+        const std::vector<float> h = m.last_hidden(0);
+        EXPECT_LT(rel_diff(hidden[size_t(i * (k + 1) + j)].data(), h.data(), h.size()), 2e-6) << "hidden, k " << k;
         EXPECT_EQ(std::max_element(g.begin(), g.end()) - g.begin(), std::max_element(want.begin(), want.end()) - want.begin());
       }
     // Roll slot 0 back to its prompt plus the first token, then decode a different token there.

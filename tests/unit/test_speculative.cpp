@@ -279,5 +279,51 @@ TEST_F(SpeculativeEngineTest, SeededSamplingKeepsTheTargetDistribution) {
   EXPECT_LT(x3, chi2_critical(df3)) << "third token: chi-square " << x3 << " with " << df3 << " degrees of freedom";
 }
 
+
+// The interface a draft head (MTP, EAGLE) plugs into: a proposer that wants hidden states gets, with
+// each sequence, the target's last-layer hidden state at the position that chose its last token,
+// equal to what a fresh forward of the same tokens computes there. This head checks that and drafts
+// the known greedy continuation with every third token wrong; the outputs stay exact.
+class CheckingHead final : public Proposer {
+ public:
+  CheckingHead(const GptOssCpuModel& m, std::vector<int32_t> prompt, std::vector<int32_t> answer)
+      : m_(m), prompt_(std::move(prompt)), answer_(std::move(answer)) {}
+  std::string name() const override { return "checking-head"; }
+  bool wants_hidden() const override { return true; }
+  std::vector<std::vector<int32_t>> propose(std::span<const DraftRequest> reqs) override {
+    std::vector<std::vector<int32_t>> out(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const auto t = reqs[i].tokens;
+      KvCache c = m_.new_cache();
+      const SequenceChunk ch{t.first(t.size() - 1), &c, false};
+      std::vector<float> want;
+      m_.forward_batch(std::span(&ch, 1), &want);
+      ++checked;
+      if (!std::equal(want.begin(), want.end(), reqs[i].hidden.begin(), reqs[i].hidden.end())) ++wrong;
+      for (size_t j = t.size() - prompt_.size(); j < answer_.size() && int(out[i].size()) < reqs[i].k; ++j)
+        out[i].push_back(++n_ % 3 == 0 ? (answer_[j] + 1) % 777 : answer_[j]);
+    }
+    return out;
+  }
+  int checked = 0, wrong = 0;
+
+ private:
+  const GptOssCpuModel& m_;
+  std::vector<int32_t> prompt_, answer_;
+  uint64_t n_ = 0;
+};
+
+TEST_F(SpeculativeEngineTest, DraftHeadsGetTheTargetsHiddenStates) {
+  const std::vector<int32_t> p = prompt(2);
+  const auto want = generate(*model_, p, {.max_tokens = 30, .sampling = {.temperature = 0}, .stop_at_eos = false});
+  auto head = std::make_shared<CheckingHead>(*model_, p, want);
+  Engine engine(std::make_unique<CpuModelRunner>(*model_, /*selects=*/true), config(head, 4));
+  GenerationRequest r{.prompt = p, .max_tokens = 30, .sampling = {.temperature = 0}};
+  EXPECT_EQ(drain(engine.submit(r)), want);
+  EXPECT_GT(head->checked, 5);
+  EXPECT_EQ(head->wrong, 0);
+  EXPECT_GT(engine.metrics().spec_accepted_tokens, 0u);
+}
+
 }  // namespace
 }  // namespace osprey
