@@ -303,4 +303,26 @@ await test("responses tool loop: a strict forced call, then function_call_output
   assert(streamedArgs.length > 0, "no argument deltas");
 });
 
+await test("speculative: a request field, refused where it cannot run, the same tokens where it can", async () => {
+  await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 4, speculative: true }), 400);
+  const s = await startServer(osprey, modelDir, ["--max-seq-len", "1024", "--speculative", "ngram:3", "--speculative-default", "off"]);
+  const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+  for (const bad of [{ speculative: "yes" }, { speculative: true, logprobs: true }, { speculative: true, response_format: { type: "json_object" } },
+                     { speculative: true, logit_bias: { "5": 3 } }]) {
+    const e = await expectStatus(c.chat.completions.create({ model, messages: user("hi"), max_tokens: 4, ...bad }), 400);
+    assert(/speculative/.test(e.message), e.message);
+  }
+  const ask = (cl, extra) => cl.chat.completions.create({ model, messages: user("count: a b c a b c a b"), max_tokens: 40, temperature: 0, ...extra });
+  const want = (await ask(client, {})).choices[0].message;
+  for (const extra of [{ speculative: true }, { speculative: false }, {}]) {
+    const got = (await ask(c, extra)).choices[0].message;
+    assert(got.content === want.content && got.reasoning_content === want.reasoning_content, `${show(extra)}: ${show(got)} vs ${show(want)}`);
+  }
+  const r = await c.responses.create({ model, input: "hi", max_output_tokens: 8, temperature: 0, speculative: true });
+  assert(r.status === "completed" || r.status === "incomplete", show(r));
+  const m = await (await fetch(`${s.base}/metrics`)).text();
+  assert(/^vllm:spec_decode_num_draft_tokens_total\{/m.test(m) && /^osprey_spec_decode_acceptance_rate /m.test(m), "spec metrics");
+  s.proc.kill("SIGTERM");
+});
+
 finish();

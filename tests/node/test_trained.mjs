@@ -153,4 +153,49 @@ await test("responses tool loop: a function_call item, then its output answered"
   assert(second.output_text.includes("12") && second.output_text.includes("cloudy"), `output_text ${show(second.output_text)}`);
 });
 
+await test("speculative decoding (n-gram and a draft of the model's first 2 layers): the same answers, drafts accepted", async () => {
+  // The draft: the model's first two layers (bench/make_layer_draft.py's job, done here in JS).
+  const fs = await import("node:fs"), os = await import("node:os"), path = await import("node:path");
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "osprey-draft-"));
+  const buf = fs.readFileSync(path.join(modelDir, "model.safetensors"));
+  const hlen = Number(buf.readBigUInt64LE(0)), header = JSON.parse(buf.subarray(8, 8 + hlen).toString());
+  const kept = {}, blobs = [];
+  let off = 0;
+  for (const [name, info] of Object.entries(header)) {
+    if (name === "__metadata__") { kept[name] = info; continue; }
+    const m = name.match(/^model\.layers\.(\d+)\./);
+    if (m && Number(m[1]) >= 2) continue;
+    const data = buf.subarray(8 + hlen + info.data_offsets[0], 8 + hlen + info.data_offsets[1]);
+    kept[name] = { dtype: info.dtype, shape: info.shape, data_offsets: [off, off + data.length] };
+    blobs.push(data);
+    off += data.length;
+  }
+  let h = Buffer.from(JSON.stringify(kept));
+  h = Buffer.concat([h, Buffer.alloc((8 - (h.length % 8)) % 8, 0x20)]);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  fs.writeFileSync(path.join(dir, "model.safetensors"), Buffer.concat([len, h, ...blobs]));
+  const cfg = JSON.parse(fs.readFileSync(path.join(modelDir, "config.json")));
+  cfg.num_hidden_layers = 2;
+  if (cfg.layer_types) cfg.layer_types = cfg.layer_types.slice(0, 2);
+  fs.writeFileSync(path.join(dir, "config.json"), JSON.stringify(cfg));
+  for (const f of ["tokenizer.json", "tokenizer_config.json"]) fs.copyFileSync(path.join(modelDir, f), path.join(dir, f));
+  const plain = await chat(capitalQuestion), plainTool = await chat(weatherQuestion, { tools: [weatherTool] });
+  for (const spec of ["ngram:4", `draft:${dir}:4`]) {
+    const s = await startServer(osprey, modelDir, ["--speculative", spec, "--speculative-mode", "always"], { seconds: 120 });
+    const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "unused", maxRetries: 0, timeout: 300_000 });
+    const a = await c.chat.completions.create({ model, messages: capitalQuestion, temperature: 0, max_tokens: 300, speculative: true });
+    assert(a.choices[0].message.content === plain.choices[0].message.content, `${spec}: ${show(a.choices[0].message)}`);
+    const t = await c.chat.completions.create({ model, messages: weatherQuestion, temperature: 0, max_tokens: 300, tools: [weatherTool] });
+    const fns = (msg) => show((msg.tool_calls || []).map((x) => x.function));  // call ids are random
+    assert(fns(t.choices[0].message) === fns(plainTool.choices[0].message) && fns(plainTool.choices[0].message) !== "[]",
+           `${spec}: ${show(t.choices[0].message)}`);
+    const m = await (await fetch(`${s.base}/metrics`)).text();
+    const accepted = Number(m.match(/^osprey_spec_decode_num_accepted_tokens_total (\S+)/m)[1]);
+    assert(accepted > 5, `${spec}: ${accepted} draft tokens accepted`);
+    assert(/vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="3"\}/.test(m), "per-position counters");
+    s.proc.kill("SIGTERM");
+  }
+});
+
 finish();
