@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace osprey {
 
@@ -54,12 +55,23 @@ bool Scheduler::ensure_blocks(Sequence& s, int positions, StepPlan& plan) {
   return true;
 }
 
+// While sequences decode, a prompt chunk deep in a long prompt is cut so that its attention (its
+// tokens times the positions they read) costs no more than a full budget of tokens at
+// kCapPositions: at 100k positions about 168 tokens a step instead of 2,048, whose ~400 ms steps
+// stalled the streams beside it. At least 16 tokens, so the prompt always advances.
+int Scheduler::attention_cap(int start, int n) const {
+  if (decoding_ == 0) return n;
+  const double limit = double(cfg_.max_batched_tokens) * kCapPositions;  // c * (start + c) <= limit
+  const int c = int((std::sqrt(double(start) * start + 4 * limit) - start) / 2);
+  return std::min(n, std::max(16, c));
+}
+
 // A waiting sequence joins if its next chunk's blocks fit without preempting anyone. A sequence
 // that holds nothing first takes the longest cached prefix of its tokens.
 bool Scheduler::admit(Sequence& s, int budget, StepPlan& plan) {
   if (s.num_computed == 0 && s.kv->length() == 0) s.num_computed = kv_.match_prefix(*s.kv, s.tokens);
   const int known = int(s.tokens.size());
-  const int n = std::min(known - s.num_computed, budget);
+  const int n = attention_cap(s.num_computed, std::min(known - s.num_computed, budget));
   if (!kv_.reserve(*s.kv, s.num_computed + n)) {
     preempt(s);  // gives back what the match took; it is looked up again next time
     return false;
@@ -78,6 +90,7 @@ StepPlan Scheduler::schedule() {
   // Drafts take only what the decode tokens leave of the budget.
   int decoding = 0;
   for_each_decoding([&](Sequence&) { ++decoding; });
+  decoding_ = decoding;
   int spare = std::max(0, budget - decoding);
   for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -88,7 +101,8 @@ StepPlan Scheduler::schedule() {
       // A decode verifies its drafts as far as the spare budget goes (each one more position).
       const int drafts = pass == 0 ? std::min(int(s.draft.size()), spare) : 0;
       spare -= drafts;
-      const int n = std::min({left + drafts, budget, pass == 0 ? budget : chunk_cap});
+      const int n = pass == 0 ? std::min(left + drafts, budget)
+                              : attention_cap(s.num_computed, std::min({left, budget, chunk_cap}));
       kv_.release_window(*s.kv, s.num_computed);
       if (!ensure_blocks(s, s.num_computed + n, plan)) {
         pass = 2;  // nothing more fits

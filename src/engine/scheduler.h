@@ -78,6 +78,8 @@ class Scheduler {
   Sequence* find(int64_t id);
 
  private:
+  static constexpr int kCapPositions = 8192;
+  int attention_cap(int start, int n) const;
   bool ensure_blocks(Sequence& s, int positions, StepPlan& plan);
   bool admit(Sequence& s, int budget, StepPlan& plan);
   void preempt(Sequence& s);
@@ -85,6 +87,7 @@ class Scheduler {
   SchedulerConfig cfg_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  int decoding_ = 0;  // sequences decoding in the step being planned
 
  public:
   // Running sequences whose next step is a decode (all their tokens computed but the last).

@@ -452,7 +452,10 @@ struct GptOssCudaFp8::Impl {
                                 window, scale, splits, split_scratch.ptr, stream);
         for (const Prompt& p : pass.prompts)
           cuda::flash_prefill(kv, q.ptr + size_t(p.row0) * Q, L.sinks.ptr, p.slot, p.p0, attn.ptr + size_t(p.row0) * Q,
-                              p.count, cfg.num_heads, window, scale, stream);
+                              p.count, cfg.num_heads, window, scale, stream,
+                              cuda::flash_prefill_splits(p.count, p.p0, cfg.num_heads, cfg.num_kv_heads, window,
+                                                         split_scratch.n),
+                              split_scratch.ptr);
         quantize_dense(attn.ptr, act_attn, T, Q);
       } else {  // every row on the CUDA-core kernel, one split
         cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale, 1,

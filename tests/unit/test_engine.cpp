@@ -114,6 +114,41 @@ TEST_F(EngineTest, BatchedPagedForwardIsBitwiseEqualToSingle) {
   EXPECT_EQ(pool.used_blocks(), 0);
 }
 
+TEST_F(EngineTest, LongPromptChunksShrinkWhileOthersDecode) {
+  // A 60,000-token prompt beside a decoding stream: deep in the prompt a chunk's tokens times its
+  // positions stay within 2048 x 8192 (the stream's steps stay short); alone, it takes the budget.
+  KvBlockManager pool(layout(64, /*num_blocks=*/2000, /*prefix_caching=*/false));
+  Scheduler s(pool, {.max_batch = 4, .max_batched_tokens = 2048});
+  auto stream = std::make_unique<Sequence>();
+  stream->id = 1, stream->tokens = prompt(3, 1), stream->prompt_len = 3;
+  s.add(std::move(stream));
+  s.commit(s.schedule());
+  Sequence* st = s.find(1);
+  auto big = std::make_unique<Sequence>();
+  big->id = 2, big->tokens = std::vector<int32_t>(60000, 5), big->prompt_len = 60000;
+  s.add(std::move(big));
+  Sequence* b = s.find(2);
+  int steps = 0, capped = 0;
+  while (b->num_computed < 60000 && steps < 2000) {
+    st->tokens.push_back(7);  // the stream decodes every step
+    StepPlan p = s.schedule();
+    for (const ScheduledChunk& c : p.chunks)
+      if (c.seq == b) {
+        EXPECT_LE(double(c.count) * (c.start + c.count), 2048.0 * 8192 + 16.0 * 60016) << "at " << c.start;
+        capped += c.count < 2047;
+      }
+    s.commit(p);
+    ++steps;
+  }
+  EXPECT_EQ(b->num_computed, 60000);
+  EXPECT_GT(capped, 100);
+  s.remove(1);  // alone, the prompt's chunks take the whole budget again
+  b->tokens.resize(70000, 5);
+  StepPlan alone = s.schedule();
+  ASSERT_EQ(alone.chunks.size(), 1u);
+  EXPECT_EQ(alone.chunks[0].count, 2048);
+}
+
 TEST_F(EngineTest, SchedulerChunksPrefillAndPreempts) {
   // 10 blocks of 4 positions shared by both layer groups; no prefix caching here.
   KvBlockManager pool(layout(4, /*num_blocks=*/10, /*prefix_caching=*/false));

@@ -514,10 +514,13 @@ constexpr int kFaRows = 64, kFaKeys = 64, kFaD = 64, kFaPad = 72;  // smem rows 
 
 
 // Block: 4 warps x 16 rows; row r -> token t0 + r / group, head g * group + r % group.
+// Split-KV (gridDim.z = splits > 1): split z takes its share of the block's key tiles and writes
+// its unnormalized partial state to `part` [T][heads][splits][d + 2] (acc, then m and l); only
+// split 0 starts from the sink and counts it. flash_merge_kernel combines them.
 __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const float* __restrict__ q,
                                                             const bf16* __restrict__ sinks, int slot, int p0,
                                                             float* __restrict__ out, int T, int heads, int window,
-                                                            float scale) {
+                                                            float scale, float* __restrict__ part) {
   __shared__ __align__(16) bf16 Ks[kFaKeys][kFaPad];
   __shared__ __align__(16) bf16 Vt[kFaD][kFaPad];
   const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
@@ -548,11 +551,14 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const
         qa[ks][hi * 2 + i] = pack_bf16(v.x, v.y);
       }
     }
+  const int split = blockIdx.z, splits = gridDim.z;
   float m[2], l[2], acc[8][4];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    m[i] = __bfloat162float(sinks[head_r[i]]);  // the sink: exp(sink - m) = 1 with m = sink
-    l[i] = 0.0f;                                // this thread's share; the quad's shares add up, + 1 for the sink
+    // The sink: exp(sink - m) = 1 with m = sink. Later splits start below every logit (finite, so
+    // a split whose keys are all masked for a row keeps m there and l = 0).
+    m[i] = split == 0 ? __bfloat162float(sinks[head_r[i]]) : -1e30f;
+    l[i] = 0.0f;  // this thread's share; the quad's shares add up, + 1 for the sink
   }
 #pragma unroll
   for (int n = 0; n < 8; ++n)
@@ -561,7 +567,12 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const
   const int last_tok = min(T, t0 + tokens_per_block) - 1;
   const int key_end = p0 + last_tok;  // inclusive
   const int key_begin = window > 0 ? max(0, p0 + t0 - window + 1) : 0;
-  for (int j0 = (key_begin / kFaKeys) * kFaKeys; j0 <= key_end; j0 += kFaKeys) {
+  // This split's key tiles: an equal share of the block's.
+  const int tile_first = key_begin / kFaKeys, tiles = key_end / kFaKeys - tile_first + 1;
+  const int per_split = (tiles + splits - 1) / splits;
+  const int j_begin = (tile_first + split * per_split) * kFaKeys;
+  const int j_end = min(key_end, (tile_first + (split + 1) * per_split) * kFaKeys - 1);
+  for (int j0 = j_begin; j0 <= j_end; j0 += kFaKeys) {
     // Load the K tile and the transposed V tile (zeros outside [key_begin, key_end]).
     for (int p = threadIdx.x; p < kFaKeys * kFaD / 8; p += blockDim.x) {
       const int key = p / (kFaD / 8), d0 = (p % (kFaD / 8)) * 8, j = j0 + key;
@@ -614,12 +625,23 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const
     }
     __syncthreads();
   }
-  // Finish: the quad's shares of l, + the sink's exp(sink - m).
+  // Finish: the quad's shares of l, + the sink's exp(sink - m) (split 0).
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    l[i] += __expf(__bfloat162float(sinks[head_r[i]]) - m[i]);
+    if (split == 0) l[i] += __expf(__bfloat162float(sinks[head_r[i]]) - m[i]);
+  }
+  if (splits > 1) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!valid_r[i]) continue;
+      float* pp = part + ((size_t(tok_r[i]) * heads + head_r[i]) * splits + split) * (kFaD + 2);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) *reinterpret_cast<float2*>(pp + n * 8 + 2 * c) = make_float2(acc[n][2 * i], acc[n][2 * i + 1]);
+      if (c == 0) pp[kFaD] = m[i], pp[kFaD + 1] = l[i];
+    }
+    return;
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -631,17 +653,51 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(KvLayerView L, const
   }
 }
 
+// out [T][heads][d] from the splits' partial states: each split's acc scaled by exp(m_s - M), over
+// the sum of its l scaled alike (M: the largest m). One thread per output value.
+__global__ void flash_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int rows, int splits) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(rows) * kFaD) return;
+  const size_t row = i / kFaD, d = i % kFaD;
+  const float* p = part + row * splits * (kFaD + 2);
+  float M = -INFINITY;
+  for (int z = 0; z < splits; ++z) M = fmaxf(M, p[z * (kFaD + 2) + kFaD]);
+  float num = 0.0f, den = 0.0f;
+  for (int z = 0; z < splits; ++z) {
+    const float w = __expf(p[z * (kFaD + 2) + kFaD] - M);
+    num += w * p[z * (kFaD + 2) + d];
+    den += w * p[z * (kFaD + 2) + kFaD + 1];
+  }
+  out[i] = num / den;
+}
+
 }  // namespace
 
+int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats) {
+  if (window > 0 || T == 0) return 1;  // a window's keys are few
+  const int per_block = kFaRows / (heads / kv_heads);
+  const long blocks = long(kv_heads) * ((T + per_block - 1) / per_block);
+  const long tiles = (long(p0) + T + kFaKeys - 1) / kFaKeys;
+  // About 8 waves of 132 SMs, at least 16 key tiles (1024 keys) per split, within the scratch.
+  long s = std::min<long>({(8L * 132 + blocks - 1) / blocks, tiles / 16, 32,
+                           long(scratch_floats / (size_t(T) * heads * (kFaD + 2)))});
+  return int(std::max<long>(1, s));
+}
+
 void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
-                   int heads, int window, float scale, cudaStream_t s) {
+                   int heads, int window, float scale, cudaStream_t s, int splits, float* scratch) {
   if (T == 0) return;
   if (L.d != kFaD) fail_plain("flash_prefill: head_dim must be 64");
   const int group = heads / L.kv_heads;
   if (heads % L.kv_heads || group > kFaRows) fail_plain("flash_prefill: unsupported head grouping");
+  if (splits < 1 || (splits > 1 && !scratch)) fail_plain("flash_prefill: splits need scratch");
   const int per_block = kFaRows / group;
-  dim3 grid(unsigned(L.kv_heads), unsigned((T + per_block - 1) / per_block));
-  flash_prefill_kernel<<<grid, 128, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale);
+  dim3 grid(unsigned(L.kv_heads), unsigned((T + per_block - 1) / per_block), unsigned(splits));
+  flash_prefill_kernel<<<grid, 128, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale, scratch);
+  OSPREY_CUDA_CHECK(cudaGetLastError());
+  if (splits == 1) return;
+  const size_t n = size_t(T) * heads * kFaD;
+  flash_merge_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(scratch, out, T * heads, splits);
   OSPREY_CUDA_CHECK(cudaGetLastError());
 }
 

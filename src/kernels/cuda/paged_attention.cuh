@@ -64,7 +64,14 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits);
 // `slot`. A block takes 64 query rows = (64 / group) tokens x the group of query heads that share
 // one KV head, so each K/V tile is loaded once for the group. Q and P enter the tensor cores as
 // BF16 (the CUDA-core paged_attention keeps them fp32). The sink starts each row's running max.
+// splits > 1 (split-KV): the keys of each block of queries are cut into `splits` ranges run by
+// separate blocks (partial states in `scratch`, T * heads * splits * (d + 2) floats), then merged;
+// the sink enters the first range only. A chunk deep in a long sequence then runs on many more
+// blocks than its queries alone fill (a 168-token chunk at 100k positions: 168 blocks otherwise).
 void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
-                   int heads, int window, float scale, cudaStream_t s);
+                   int heads, int window, float scale, cudaStream_t s, int splits = 1, float* scratch = nullptr);
+// The split count for a chunk of T tokens after p0 positions: enough blocks for about 8 waves, at
+// least 1024 keys per split, at most 32 and what scratch_floats holds; 1 for windowed layers.
+int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats);
 
 }  // namespace osprey::cuda
