@@ -295,25 +295,27 @@ TEST(CudaFp8Model, EngineSpeculativeEqualsPlain) {
   std::vector<std::vector<int32_t>> prompts;
   for (int q = 0; q < 4; ++q) {
     std::vector<int32_t> p;
-    for (int i = 0; i < 40 + 20 * q; ++i) p.push_back(int32_t(q % 2 ? i % 7 : rng() % 200000));
+    for (int i = 0; i < (q == 3 ? 600 : 40 + 20 * q); ++i) p.push_back(int32_t(q % 2 ? i % 7 : rng() % 200000));
     prompts.push_back(p);
   }
+  // The last request (600 tokens: three chunks of the 256-token budget) arrives once the first has
+  // 5 tokens: its prompt chunks share steps with the others' verify chunks (the eager mixed step).
   auto run_all = [&](Engine& e, float temperature) {
     std::vector<std::shared_ptr<RequestHandle>> hs;
+    std::vector<std::vector<int32_t>> out(prompts.size());
+    auto drain = [&](size_t q, size_t upto) {
+      TokenEvent ev;
+      while (out[q].size() < upto && hs[q]->next(ev)) {
+        if (ev.token >= 0) out[q].push_back(ev.token);
+        EXPECT_NE(ev.finish, FinishReason::Error) << ev.error;
+      }
+    };
     for (size_t q = 0; q < prompts.size(); ++q) {
+      if (q + 1 == prompts.size()) drain(0, 5);
       GenerationRequest r{.prompt = prompts[q], .max_tokens = 40, .sampling = {.temperature = temperature, .seed = 7 + q}};
       hs.push_back(e.submit(r));
     }
-    std::vector<std::vector<int32_t>> out;
-    for (auto& h : hs) {
-      std::vector<int32_t> toks;
-      TokenEvent ev;
-      while (h->next(ev)) {
-        if (ev.token >= 0) toks.push_back(ev.token);
-        EXPECT_NE(ev.finish, FinishReason::Error) << ev.error;
-      }
-      out.push_back(toks);
-    }
+    for (size_t q = 0; q < prompts.size(); ++q) drain(q, SIZE_MAX);
     return out;
   };
   GptOssCudaFp8 plain_m(w, o);
