@@ -98,12 +98,14 @@ StepPlan Scheduler::schedule() {
       const int known = int(s.tokens.size());
       const int left = known - s.num_computed;
       if (left <= 0 || (pass == 0) != (left == 1 && s.num_computed > 0)) continue;
-      // A decode verifies its drafts as far as the spare budget goes (each one more position).
-      const int drafts = pass == 0 ? std::min(int(s.draft.size()), spare) : 0;
+      kv_.release_window(*s.kv, s.num_computed);
+      // A decode verifies its drafts as far as the spare budget goes (each one more position) and
+      // the pool has room for them: drafts never preempt anyone.
+      int drafts = pass == 0 ? std::min(int(s.draft.size()), spare) : 0;
+      if (drafts > 0 && !kv_.reserve(*s.kv, s.num_computed + left + drafts)) drafts = 0;
       spare -= drafts;
       const int n = pass == 0 ? std::min(left + drafts, budget)
                               : attention_cap(s.num_computed, std::min({left, budget, chunk_cap}));
-      kv_.release_window(*s.kv, s.num_computed);
       if (!ensure_blocks(s, s.num_computed + n, plan)) {
         pass = 2;  // nothing more fits
         break;

@@ -173,6 +173,39 @@ TEST_F(SpeculativeEngineTest, TightPoolStopAndMaxTokens) {
   EXPECT_EQ(stopped, std::vector<int32_t>(full.begin(), full.begin() + long(first_stop) + 1));
 }
 
+TEST_F(SpeculativeEngineTest, DraftsNeverPreempt) {
+  // Two decoding sequences fill the pool but for a few blocks; the first gets more drafts than those
+  // blocks hold. It decodes without them, and the second keeps its place.
+  KvLayout L = kv_layout_of(model_->config());
+  L.block_size = 4, L.num_blocks = 24, L.prefix_caching = false;
+  KvBlockManager pool(L);
+  Scheduler sched(pool, {.max_batch = 4, .max_batched_tokens = 256});
+  for (int id : {1, 2}) {
+    auto q = std::make_unique<Sequence>();
+    q->id = id, q->tokens = prompt(3), q->prompt_len = int(q->tokens.size());
+    sched.add(std::move(q));
+  }
+  sched.commit(sched.schedule());
+  Sequence *a = sched.find(1), *b = sched.find(2);
+  a->tokens.push_back(5), b->tokens.push_back(6);  // both decode next
+  const int room = pool.available_blocks() * L.block_size;
+  a->draft.assign(size_t(room + 2 * L.block_size), 7);
+  const StepPlan p = sched.schedule();
+  EXPECT_TRUE(p.preempted.empty());
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].seq, a);
+  EXPECT_EQ(p.chunks[0].count, 1);
+  EXPECT_EQ(p.chunks[0].draft, 0);
+  EXPECT_EQ(p.chunks[1].seq, b);
+  // With room, the same drafts are verified.
+  sched.commit(p);
+  a->tokens.push_back(5), b->tokens.push_back(6);
+  a->draft.assign(2, 7);
+  const StepPlan q = sched.schedule();
+  EXPECT_EQ(q.chunks[0].draft, 2);
+  EXPECT_EQ(q.chunks[0].count, 3);
+}
+
 TEST_F(SpeculativeEngineTest, RequestFieldIsRefusedWhereItCannotRun) {
   Engine plain(std::make_unique<CpuModelRunner>(*model_), config(nullptr, 0));
   GenerationRequest r{.prompt = prompt(0), .max_tokens = 4};
