@@ -16,6 +16,11 @@
 namespace osprey::cli {
 
 namespace {
+// KV blocks of the GPU pool for one sequence of ctx positions (both layer groups, with slack).
+int64_t one_sequence_blocks(int ctx) {
+  return 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4;
+}
+
 struct Args {
   std::string model, tokens, prompts, backend = "cpu", precision;
   int max_tokens = 16;
@@ -40,7 +45,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
   if (cuda) {
     gpu = std::make_unique<GptOssCudaFp8>(
         w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = ec.max_batched_tokens, .graphs = true,
-                                  .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4,
+                                  .kv_blocks = one_sequence_blocks(ctx),
                                   .max_draft = ec.spec_k});
     runner = std::make_unique<CudaModelRunner>(*gpu);
   } else {
@@ -128,7 +133,7 @@ void add_generate(CLI::App& app) {
       if (args->precision.empty() || args->precision == "fp8") {
         fp8_model = std::make_unique<GptOssCudaFp8>(
             w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = true,
-                                      .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4});
+                                      .kv_blocks = one_sequence_blocks(ctx)});
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };
       } else {
         if (!opt.sampling.greedy()) fail("--backend cuda --precision {} generates greedily; pass --greedy", args->precision);

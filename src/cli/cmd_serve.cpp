@@ -106,9 +106,7 @@ void add_serve(CLI::App& app) {
     } else {
       cpu_model = std::make_unique<GptOssCpuModel>(w);
       runner = std::make_unique<CpuModelRunner>(*cpu_model);
-      int per_group[2] = {0, 0};
-      for (bool sl : mc.layer_is_sliding) ++per_group[sl ? 1 : 0];
-      block_bytes = 2.0 * std::max(per_group[0], per_group[1]) * ec.kv_block_size * mc.kv_dim() * sizeof(float);
+      block_bytes = kv_block_bytes(mc, ec.kv_block_size, sizeof(float));
       if (ec.kv_blocks == 0) {
         const long wanted = long(ec.max_batch) * ((ec.max_seq_len + ec.kv_block_size - 1) / ec.kv_block_size);
         ec.kv_blocks = int(std::max(1L, std::min(wanted, long(args->kv_cache_gib * double(1ull << 30) / block_bytes))));

@@ -20,8 +20,6 @@ void SpeculativeArg::add(CLI::App* cmd) {
       ->check(CLI::IsMember({"auto", "always", "off"}));
 }
 
-int SpeculativeArg::k() const { return on() ? parse_speculative(spec).k : 0; }
-
 namespace {
 // A draft model with the runner that runs it (the runner borrows the model).
 template <typename Model, typename Runner>
@@ -47,10 +45,8 @@ class OwningRunner final : public ModelRunner {
 };
 
 // KV blocks for the draft: every running sequence at full length, within a memory cap.
-int64_t draft_blocks(const GptOssConfig& c, const EngineConfig& ec, int block, size_t bytes_per_float, double cap_bytes) {
-  int per_group[2] = {0, 0};
-  for (bool sl : c.layer_is_sliding) ++per_group[sl ? 1 : 0];
-  const double block_bytes = 2.0 * std::max(per_group[0], per_group[1]) * block * c.kv_dim() * double(bytes_per_float);
+int64_t draft_blocks(const GptOssConfig& c, const EngineConfig& ec, int block, size_t bytes_per_value, double cap_bytes) {
+  const double block_bytes = kv_block_bytes(c, block, bytes_per_value);
   const int64_t wanted = int64_t(ec.max_batch) * (2 * ((ec.max_seq_len + block - 1) / block) + 4);
   return std::max<int64_t>(8, std::min<int64_t>(wanted, int64_t(cap_bytes / block_bytes)));
 }

@@ -12,8 +12,6 @@ struct SpeculativeArg {
   std::string spec, mode = "auto";
   void add(CLI::App* cmd);
   bool on() const { return !spec.empty(); }
-  // Draft tokens per step at most (0 when off); checks the flag's form.
-  int k() const;
   // Sets ec's proposer, spec_k and spec_adaptive for a target model of config `target` on
   // `backend` ("cpu" | "cuda"); a draft checkpoint must share the target's vocabulary.
   void apply(EngineConfig& ec, const GptOssConfig& target, const std::string& backend) const;

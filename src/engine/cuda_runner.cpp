@@ -96,51 +96,46 @@ void CudaSlots::advance(std::span<const GptOssCudaFp8::Chunk> chunks) {
   for (const GptOssCudaFp8::Chunk& c : chunks) seq_[size_t(c.slot)]->set_length(c.start + int(c.tokens.size()));
 }
 
-int32_t CudaSlots::prefill_select(int slot, std::span<const int32_t> tokens, const GptOssCudaFp8::RowSampling& row,
-                                  const uint32_t* mask) {
+// Appends tokens to the slot in forwards of at most max_rows: fn(chunk, last) runs each one
+// (sample_all: every piece samples, else only the last).
+template <typename Fn>
+void CudaSlots::pieces(int slot, std::span<const int32_t> tokens, bool sample_all, Fn&& fn) {
   if (tokens.empty()) fail("prefill: no tokens");
   const size_t piece = size_t(model_.options().max_rows);
-  int32_t id = -1;
   for (size_t i0 = 0; i0 < tokens.size(); i0 += piece) {
     const auto part = tokens.subspan(i0, std::min(piece, tokens.size() - i0));
     const bool last = i0 + part.size() == tokens.size();
-    const GptOssCudaFp8::Chunk c = place(slot, length(slot), part, last);
+    const GptOssCudaFp8::Chunk c = place(slot, length(slot), part, sample_all || last);
+    fn(c, last);
+    advance(std::span(&c, 1));
+  }
+}
+
+int32_t CudaSlots::prefill_select(int slot, std::span<const int32_t> tokens, const GptOssCudaFp8::RowSampling& row,
+                                  const uint32_t* mask) {
+  int32_t id = -1;
+  pieces(slot, tokens, false, [&](const GptOssCudaFp8::Chunk& c, bool last) {
     if (last) {
       const GptOssCudaFp8::Masks m{[] {}, [mask](size_t) { return mask; }};
       id = model_.forward_select(std::span(&c, 1), std::span(&row, 1), mask ? &m : nullptr)[0];
     } else {
       model_.forward_logits(std::span(&c, 1));
     }
-    advance(std::span(&c, 1));
-  }
+  });
   return id;
 }
 
 std::vector<float> CudaSlots::prefill_logits(int slot, std::span<const int32_t> tokens, bool all) {
-  if (tokens.empty()) fail("prefill: no tokens");
-  if (all) {
-    // forward_all_logits runs its own pieces; the blocks for all of them are placed first.
-    std::vector<float> out;
-    const size_t piece = size_t(model_.options().max_rows);
-    for (size_t i0 = 0; i0 < tokens.size(); i0 += piece) {
-      const auto part = tokens.subspan(i0, std::min(piece, tokens.size() - i0));
-      const GptOssCudaFp8::Chunk c = place(slot, length(slot), part, true);
+  std::vector<float> out;
+  pieces(slot, tokens, all, [&](const GptOssCudaFp8::Chunk& c, bool last) {
+    if (all) {  // every position's logits (forward_all_logits runs its own pieces of the chunk)
       std::vector<float> lg = model_.forward_all_logits(c);
       out.insert(out.end(), lg.begin(), lg.end());
-      advance(std::span(&c, 1));
+    } else {
+      std::vector<std::vector<float>> lg = model_.forward_logits(std::span(&c, 1));
+      if (last) out = std::move(lg.at(0));
     }
-    return out;
-  }
-  const size_t piece = size_t(model_.options().max_rows);
-  std::vector<float> out;
-  for (size_t i0 = 0; i0 < tokens.size(); i0 += piece) {
-    const auto part = tokens.subspan(i0, std::min(piece, tokens.size() - i0));
-    const bool last = i0 + part.size() == tokens.size();
-    const GptOssCudaFp8::Chunk c = place(slot, length(slot), part, last);
-    std::vector<std::vector<float>> lg = model_.forward_logits(std::span(&c, 1));
-    if (last) out = std::move(lg.at(0));
-    advance(std::span(&c, 1));
-  }
+  });
   return out;
 }
 

@@ -90,6 +90,8 @@ class CudaSlots {
   // Blocks for positions [start, start + n) of the slot, handed to the model.
   GptOssCudaFp8::Chunk place(int slot, int start, std::span<const int32_t> tokens, bool sample);
   void advance(std::span<const GptOssCudaFp8::Chunk> chunks);
+  template <typename Fn>
+  void pieces(int slot, std::span<const int32_t> tokens, bool sample_all, Fn&& fn);
   std::vector<GptOssCudaFp8::Chunk> verify_chunks(std::span<const int32_t> slots,
                                                   const std::vector<std::vector<int32_t>>& tokens);
   GptOssCudaFp8& model_;

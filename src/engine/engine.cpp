@@ -223,10 +223,14 @@ EngineMetrics Engine::metrics() {
   return metrics_;
 }
 
-void Engine::finish(int64_t id, FinishReason r, const std::string& error) {
-  scheduler_.remove(id);  // frees the blocks now
+void Engine::release_state(int64_t id) {
   runner_->release(id);
   if (cfg_.proposer) cfg_.proposer->release(id);
+}
+
+void Engine::finish(int64_t id, FinishReason r, const std::string& error) {
+  scheduler_.remove(id);  // frees the blocks now
+  release_state(id);
   std::shared_ptr<RequestHandle> h;
   {
     std::lock_guard lk(mu_);
@@ -307,10 +311,7 @@ void Engine::step() {
   const double step_start = now_s();
   const int k_step = propose();
   StepPlan plan = scheduler_.schedule();
-  for (int64_t id : plan.preempted) {  // recomputed from the start later
-    runner_->release(id);
-    if (cfg_.proposer) cfg_.proposer->release(id);
-  }
+  for (int64_t id : plan.preempted) release_state(id);  // recomputed from the start later
   if (plan.empty()) {
     update_gauges();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -220,6 +220,8 @@ class Engine {
   void loop();
   void step();
   void finish(int64_t id, FinishReason r, const std::string& error = {});
+  // What the runner and the proposer keep for a sequence goes (finished, cancelled, preempted).
+  void release_state(int64_t id);
   void update_gauges();
   // Drafts for the sequences about to decode (their Sequence::draft); the step's draft length.
   int propose();

@@ -24,6 +24,12 @@ KvLayout kv_layout_of(const GptOssConfig& c) {
   return L;
 }
 
+double kv_block_bytes(const GptOssConfig& c, int block_size, size_t value_bytes) {
+  int per_group[2] = {0, 0};
+  for (bool sl : c.layer_is_sliding) ++per_group[sl ? 1 : 0];
+  return 2.0 * std::max(per_group[0], per_group[1]) * block_size * c.kv_dim() * double(value_bytes);
+}
+
 KvBlockManager::KvBlockManager(KvLayout layout) : L_(std::move(layout)) {
   if (L_.block_size <= 0 || L_.num_blocks <= 0) fail("the KV pool needs a positive block size and block count");
   int counts[2] = {0, 0};

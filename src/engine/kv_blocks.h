@@ -38,6 +38,9 @@ struct KvLayout {
 
 // A model's layer groups, window and KV head shape (block size, count and the rest left as default).
 KvLayout kv_layout_of(const GptOssConfig& c);
+// Memory of one block of `block_size` positions: K and V of every layer of the larger group, at
+// value_bytes per element (4 in the CPU pool, 2 for the GPU's BF16 pages).
+double kv_block_bytes(const GptOssConfig& c, int block_size, size_t value_bytes);
 
 enum KvGroup : int { kFullGroup = 0, kSlidingGroup = 1 };
 

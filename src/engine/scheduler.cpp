@@ -59,8 +59,8 @@ bool Scheduler::ensure_blocks(Sequence& s, int positions, StepPlan& plan) {
 // tokens times the positions they read) costs no more than a full budget of tokens at
 // kCapPositions: at 100k positions about 168 tokens a step instead of 2,048, whose ~400 ms steps
 // stalled the streams beside it. At least 16 tokens, so the prompt always advances.
-int Scheduler::attention_cap(int start, int n) const {
-  if (decoding_ == 0) return n;
+int Scheduler::attention_cap(int start, int n, bool others_decode) const {
+  if (!others_decode) return n;
   const double limit = double(cfg_.max_batched_tokens) * kCapPositions;  // c * (start + c) <= limit
   const int c = int((std::sqrt(double(start) * start + 4 * limit) - start) / 2);
   return std::min(n, std::max(16, c));
@@ -68,10 +68,10 @@ int Scheduler::attention_cap(int start, int n) const {
 
 // A waiting sequence joins if its next chunk's blocks fit without preempting anyone. A sequence
 // that holds nothing first takes the longest cached prefix of its tokens.
-bool Scheduler::admit(Sequence& s, int budget, StepPlan& plan) {
+bool Scheduler::admit(Sequence& s, int budget, bool others_decode, StepPlan& plan) {
   if (s.num_computed == 0 && s.kv->length() == 0) s.num_computed = kv_.match_prefix(*s.kv, s.tokens);
   const int known = int(s.tokens.size());
-  const int n = attention_cap(s.num_computed, std::min(known - s.num_computed, budget));
+  const int n = attention_cap(s.num_computed, std::min(known - s.num_computed, budget), others_decode);
   if (!kv_.reserve(*s.kv, s.num_computed + n)) {
     preempt(s);  // gives back what the match took; it is looked up again next time
     return false;
@@ -90,7 +90,6 @@ StepPlan Scheduler::schedule() {
   // Drafts take only what the decode tokens leave of the budget.
   int decoding = 0;
   for_each_decoding([&](Sequence&) { ++decoding; });
-  decoding_ = decoding;
   int spare = std::max(0, budget - decoding);
   for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -105,7 +104,7 @@ StepPlan Scheduler::schedule() {
       if (drafts > 0 && !kv_.reserve(*s.kv, s.num_computed + left + drafts)) drafts = 0;
       spare -= drafts;
       const int n = pass == 0 ? std::min(left + drafts, budget)
-                              : attention_cap(s.num_computed, std::min({left, budget, chunk_cap}));
+                              : attention_cap(s.num_computed, std::min({left, budget, chunk_cap}), decoding > 0);
       if (!ensure_blocks(s, s.num_computed + n, plan)) {
         pass = 2;  // nothing more fits
         break;
@@ -116,15 +115,15 @@ StepPlan Scheduler::schedule() {
   // Then admit waiting sequences while the batch, the budget and the KV pool allow.
   while (!waiting_.empty() && budget > 0 && int(running_.size()) < cfg_.max_batch) {
     Sequence& s = *waiting_.front();
-    if (!admit(s, budget, plan)) break;  // no preemption to admit newcomers
+    if (!admit(s, budget, decoding > 0, plan)) break;  // no preemption to admit newcomers
     budget -= plan.chunks.back().count;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  // The verified drafts join the sequences' tokens (the engine takes back the rejected ones).
+  // The verified drafts join the sequences' tokens (the engine takes back the rejected ones); the
+  // rest are dropped (every drafting sequence is running: preemption clears its drafts).
   for (auto& c : plan.chunks) {
     if (c.draft > 0) c.seq->tokens.insert(c.seq->tokens.end(), c.seq->draft.begin(), c.seq->draft.begin() + c.draft);
-    c.seq->draft.clear();
     plan.num_tokens += c.count;
   }
   for (auto& s : running_) s->draft.clear();

@@ -76,26 +76,23 @@ class Scheduler {
   int waiting() const { return int(waiting_.size()); }
   int running() const { return int(running_.size()); }
   Sequence* find(int64_t id);
-
- private:
-  static constexpr int kCapPositions = 8192;
-  int attention_cap(int start, int n) const;
-  bool ensure_blocks(Sequence& s, int positions, StepPlan& plan);
-  bool admit(Sequence& s, int budget, StepPlan& plan);
-  void preempt(Sequence& s);
-  KvBlockManager& kv_;
-  SchedulerConfig cfg_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
-  int decoding_ = 0;  // sequences decoding in the step being planned
-
- public:
   // Running sequences whose next step is a decode (all their tokens computed but the last).
   template <typename Fn>
   void for_each_decoding(Fn&& fn) {
     for (auto& s : running_)
       if (s->num_computed > 0 && s->num_computed + 1 == int(s->tokens.size())) fn(*s);
   }
+
+ private:
+  static constexpr int kCapPositions = 8192;
+  int attention_cap(int start, int n, bool others_decode) const;
+  bool ensure_blocks(Sequence& s, int positions, StepPlan& plan);
+  bool admit(Sequence& s, int budget, bool others_decode, StepPlan& plan);
+  void preempt(Sequence& s);
+  KvBlockManager& kv_;
+  SchedulerConfig cfg_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
 };
 
 }  // namespace osprey

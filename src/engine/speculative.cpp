@@ -137,7 +137,7 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(std::span<const Dr
   }
   // Draft j of every live request: the first also computes the new tokens. The chunks go in as
   // few forwards as the runner's rows allow (max_chunk rows each).
-  for (int j = 0; !live.empty(); ++j) {
+  while (!live.empty()) {
     std::vector<size_t> rows;
     std::vector<ScheduledChunk> chunks;
     for (size_t i : live) {

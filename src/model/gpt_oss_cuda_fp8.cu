@@ -593,9 +593,8 @@ struct GptOssCudaFp8::Impl {
         st.pass.prompts.push_back({row0, int(chunks[i].tokens.size()), chunks[i].slot, chunks[i].start});
       }
     st.T = int(st.tok.size());
-    std::vector<int> wanted;
-    for (const std::vector<int>& rs : sample_rows_of) wanted.insert(wanted.end(), rs.begin(), rs.end());
-    st.sample_rows = wanted;
+    for (const std::vector<int>& rs : sample_rows_of) st.sample_rows.insert(st.sample_rows.end(), rs.begin(), rs.end());
+    const std::vector<int>& wanted = st.sample_rows;
     if (st.pass.decode_only()) {
       // A decode step: the graph computes every row's logits, padding rows included.
       st.logit_row = wanted;

@@ -31,6 +31,12 @@ SynthPreset mini_shape() {
   return p;
 }
 
+// A mini-shape checkpoint of this seed with trained-like branch scales, written to dir and loaded.
+GptOssWeights mini_weights(const test::TempDir& dir, uint64_t seed) {
+  synth_checkpoint(mini_shape(), dir.str(), {.seed = seed, .progress = false, .branch_scale = 0.25f});
+  return GptOssWeights::load(dir.str());
+}
+
 // The relative L2 distance of a from b over their first n values.
 double rel_diff(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
@@ -40,8 +46,7 @@ double rel_diff(const float* a, const float* b, size_t n) {
 
 TEST(CudaFp8Model, AllLogitsAtLengthsNotAMultipleOf4) {
   test::TempDir dir;
-  synth_checkpoint(mini_shape(), dir.str(), {.seed = 5, .progress = false, .branch_scale = 0.25f});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 5);
   const int V = w.config.vocab;
   GptOssCudaFp8 model(w, {.slots = 1, .max_context = 512, .graphs = false, .kv_blocks = 32});
   CudaSlots seqs(model);
@@ -70,8 +75,7 @@ TEST(CudaFp8Model, AllLogitsAtLengthsNotAMultipleOf4) {
 // mask, choose_token) at batch 1, 3 and 17, greedy and sampled rows, some rows without a mask.
 TEST(CudaFp8Model, MaskedDecodeEqualsTheHostPath) {
   test::TempDir dir;
-  synth_checkpoint(mini_shape(), dir.str(), {.seed = 6, .progress = false, .branch_scale = 0.25f});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 6);
   const int V = w.config.vocab, words = (V + 31) / 32;
   for (int B : {1, 3, 17}) {
     GptOssCudaFp8 ma(w, {.slots = B, .max_context = 256, .kv_blocks = 8 * B}), mb(w, {.slots = B, .max_context = 256, .kv_blocks = 8 * B});
@@ -114,8 +118,7 @@ TEST(CudaFp8Model, MaskedDecodeEqualsTheHostPath) {
 // only the decode attention's split count can differ: the logits agree to ~1e-6.
 TEST(CudaFp8Model, RaggedStepEqualsTheSameWorkApart) {
   test::TempDir dir;
-  synth_checkpoint(mini_shape(), dir.str(), {.seed = 7, .progress = false, .branch_scale = 0.25f});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 7);
   const GptOssCudaFp8::Options o{.slots = 6, .max_context = 1024, .max_rows = 512, .graphs = true, .kv_blocks = 128,
                                  .cublaslt = false};
   GptOssCudaFp8 ma(w, o), mb(w, o);
@@ -168,8 +171,7 @@ TEST(CudaFp8Model, RaggedStepEqualsTheSameWorkApart) {
 // engine's; the hits are counted; every request finishes under a small pool (preemptions).
 TEST(CudaFp8Model, EnginePrefixCacheEqualsColdPrefill) {
   test::TempDir dir;
-  synth_checkpoint(mini_shape(), dir.str(), {.seed = 8, .progress = false, .branch_scale = 0.25f});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 8);
   const GptOssCudaFp8::Options o{.slots = 4, .max_context = 2048, .max_rows = 256, .graphs = true, .kv_blocks = 96,
                                  .cublaslt = false};
   GptOssCudaFp8 mw(w, o), mc(w, o);
@@ -213,8 +215,7 @@ TEST(CudaFp8Model, EnginePrefixCacheEqualsColdPrefill) {
 // rejected drafts had never been there.
 TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
   test::TempDir dir;
-  synth_checkpoint(mini_shape(), dir.str(), {.seed = 11, .progress = false, .branch_scale = 0.25f});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 11);
   GptOssCudaFp8 m(w, {.slots = 4, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
                       .max_draft = 8, .cublaslt = false});
   const int V = w.config.vocab;
@@ -287,8 +288,7 @@ class ScriptedProposer final : public Proposer {
 // tokens too.
 TEST(CudaFp8Model, EngineSpeculativeEqualsPlain) {
   test::TempDir dir;
-  synth_checkpoint(mini_shape(), dir.str(), {.seed = 12, .progress = false, .branch_scale = 0.25f});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 12);
   const GptOssCudaFp8::Options o{.slots = 4, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 160,
                                  .max_draft = 4, .cublaslt = false};
   std::mt19937 rng(6);
