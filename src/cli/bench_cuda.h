@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cli/weights_arg.h"
+
 namespace osprey::cli {
 
 struct BenchCudaArgs {
@@ -10,6 +12,7 @@ struct BenchCudaArgs {
   std::string prefill_lens = "1024,8192,32768", batches = "1,8,32,64,128", contexts = "8192,32768";
   int steps = 32, prefill_reps = 2, prefill_chunk = 2048;
   uint64_t seed = 1;
+  WeightsArg weights;
   bool graphs = true;
   // Speculative verify steps: draft lengths and batch sizes to time (empty: none).
   std::string verify_ks, verify_batches = "1,8,32";

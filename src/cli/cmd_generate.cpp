@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_arg.h"
+#include "cli/weights_arg.h"
 #include "core/log.h"
 #include "core/error.h"
 #include "engine/cuda_runner.h"
@@ -27,6 +28,7 @@ struct Args {
   bool greedy = false, ignore_eos = false;
   SamplingParams sampling;
   SpeculativeArg spec;
+  WeightsArg weights;
 };
 
 // --speculative: the prompts one after another through the serving engine (one sequence), whose
@@ -46,7 +48,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
     gpu = std::make_unique<GptOssCudaFp8>(
         w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = ec.max_batched_tokens, .graphs = true,
                                   .kv_blocks = one_sequence_blocks(ctx),
-                                  .max_draft = ec.spec_k});
+                                  .max_draft = ec.spec_k, .experts = a.weights.experts(w, a.backend)});
     runner = std::make_unique<CudaModelRunner>(*gpu);
   } else {
     cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision));
@@ -98,10 +100,14 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_option("--backend", args->backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--precision", args->precision,
-                  "cpu: fp32 (default), fp8 or bf16 (the emulations of the CUDA paths); cuda: fp8 (default), bf16 or fp32")
-      ->check(CLI::IsMember({"fp32", "fp8", "bf16"}));
+                  "cpu: fp32 (default), mxfp4, fp8 or bf16 (the emulations of the CUDA paths: mxfp4 of --weights "
+                  "mxfp4, fp8 of --weights fp8); cuda: fp8 (default: the engine's path, experts as --weights says), "
+                  "bf16 or fp32")
+      ->check(CLI::IsMember({"fp32", "fp8", "bf16", "mxfp4"}));
   args->spec.add(cmd);
+  args->weights.add(cmd);
   cmd->callback([args] {
+    args->weights.check(args->backend, args->precision);
     if (args->tokens.empty() == args->prompts.empty()) fail("generate: give --tokens IDS or --prompts FILE");
     std::vector<std::vector<int32_t>> prompts;
     if (!args->tokens.empty()) {
@@ -133,7 +139,8 @@ void add_generate(CLI::App& app) {
       if (args->precision.empty() || args->precision == "fp8") {
         fp8_model = std::make_unique<GptOssCudaFp8>(
             w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = true,
-                                      .kv_blocks = one_sequence_blocks(ctx)});
+                                      .kv_blocks = one_sequence_blocks(ctx),
+                                      .experts = args->weights.experts(w, args->backend)});
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };
       } else {
         if (!opt.sampling.greedy()) fail("--backend cuda --precision {} generates greedily; pass --greedy", args->precision);

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_arg.h"
+#include "cli/weights_arg.h"
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -33,6 +34,7 @@ void add_serve(CLI::App& app) {
     double kv_cache_gib = 4.0, gpu_memory_utilization = 0.90;
     bool no_prefix_caching = false;
     SpeculativeArg spec;
+    WeightsArg weights;
     std::string spec_default = "on";
   };
   auto args = std::make_shared<Args>();
@@ -67,11 +69,13 @@ void add_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
   args->spec.add(cmd);
+  args->weights.add(cmd);
   cmd->add_option("--speculative-default", args->spec_default,
                   "with --speculative: whether requests that do not set the 'speculative' field get it (a request's "
                   "field overrides)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->callback([args] {
+    args->weights.check(args->backend, "");
     args->model = model_or_default(args->model);
     log_info("loading {}", args->model);
     GptOssWeights w = GptOssWeights::load(args->model);
@@ -100,7 +104,8 @@ void add_serve(CLI::App& app) {
       gpu_model = std::make_unique<GptOssCudaFp8>(
           w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len,
                                     .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = ec.kv_blocks,
-                                    .max_draft = ec.spec_k, .gpu_memory_utilization = args->gpu_memory_utilization});
+                                    .max_draft = ec.spec_k, .gpu_memory_utilization = args->gpu_memory_utilization,
+                                    .experts = args->weights.experts(w, args->backend)});
       block_bytes = gpu_model->kv_block_bytes();
       runner = std::make_unique<CudaModelRunner>(*gpu_model);
     } else {

@@ -52,7 +52,8 @@ CpuPrecision cpu_precision(const std::string& name) {
   if (name.empty() || name == "fp32") return CpuPrecision::AsStored;
   if (name == "fp8") return CpuPrecision::Fp8;
   if (name == "bf16") return CpuPrecision::Bf16;
-  fail("--precision {} is not a CPU precision (fp32, fp8 or bf16)", name);
+  if (name == "mxfp4") return CpuPrecision::Mxfp4;
+  fail("--precision {} is not a CPU precision (fp32, fp8, bf16 or mxfp4)", name);
 }
 
 }  // namespace osprey::cli

@@ -74,7 +74,8 @@ void SpeculativeArg::apply(EngineConfig& ec, const GptOssConfig& target, const s
     const int64_t blocks = draft_blocks(dc, ec, GptOssCudaFp8::kBlockPositions, 2, kCap);
     auto m = std::make_unique<GptOssCudaFp8>(
         *w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len,
-                                   .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = blocks});
+                                   .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = blocks,
+                                   .experts = w->fp8 ? GptOssCudaFp8::ExpertWeights::Fp8 : GptOssCudaFp8::ExpertWeights::Mxfp4});
     auto r = std::make_unique<CudaModelRunner>(*m);
     runner = std::make_unique<OwningRunner<GptOssCudaFp8, CudaModelRunner>>(std::move(w), std::move(m), std::move(r));
     L.block_size = GptOssCudaFp8::kBlockPositions;

@@ -2,6 +2,7 @@
 // Byte b of a group holds columns 2b (low nibble) and 2b+1 (high nibble).
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace osprey {
@@ -25,6 +26,50 @@ inline void mxfp4_decode_row(const uint8_t* blocks, const uint8_t* scales, int c
       out[g * 32 + 2 * b + 1] = kE2M1Values[byte >> 4] * s;
     }
   }
+}
+
+}  // namespace osprey
+
+namespace osprey {
+
+// The activation layout of the MXFP4 expert GEMMs (kernels/cuda/moe_gemm_mxfp4.cuh): BF16 rows of
+// round128(K) columns, zero past K. Inside each 128-column block the columns are permuted so that
+// the tensor-core thread that decodes one 32-value MXFP4 group of a weight row finds the matching
+// activations in one 16-byte load per two MMA steps: a dot product may visit k in any order as long
+// as both operands agree, and the order this permutation encodes is the one in which four nibble
+// shifts of a 32-bit word of packed E2M1 values come out as BF16 pairs (value k = 8m + j in the low
+// half, k = 8m + j + 4 in the high half of pair 4m + j). The position of logical column k:
+//   c = (k % 128) / 32 (the quad thread holding the group), r = k % 32, m = r / 8, j = r % 8 % 4,
+//   h = r % 8 / 4, w = 4m + j (the BF16 pair, 0..15), s = w / 2 (the k16 MMA step), q = w % 2:
+//   position = 128 (k / 128) + 32 (s / 2) + 8 c + 4 (s % 2) + 2 q + h.
+constexpr int kMxfp4ActBlock = 128;
+constexpr int mxfp4_act_cols(int K) { return (K + kMxfp4ActBlock - 1) / kMxfp4ActBlock * kMxfp4ActBlock; }
+constexpr int mxfp4_act_position(int k) {
+  const int c = (k % 128) / 32, r = k % 32, m = r / 8, j = r % 8 % 4, h = r % 8 / 4, w = 4 * m + j, s = w / 2, q = w % 2;
+  return 128 * (k / 128) + 32 * (s / 2) + 8 * c + 4 * (s % 2) + 2 * q + h;
+}
+
+}  // namespace osprey
+
+namespace osprey {
+
+// The inverse of mxfp4_act_position: the logical column stored at position p.
+constexpr int mxfp4_act_column(int p) {
+  const int u = p % 128 / 32, c = p % 32 / 8, s = 2 * u + p % 8 / 4, q = p % 4 / 2, h = p % 2, w = 2 * s + q;
+  return 128 * (p / 128) + 32 * c + 8 * (w / 4) + w % 4 + 4 * h;
+}
+
+// One expert's E8M0 scales [N][K/32] (the checkpoint's) re-laid out for the MXFP4 GEMMs as
+// [KB][N][4] (KB = round128(K) / 128): the four group scales of each 128-column block of a row as
+// one 32-bit word, 127 (2^0) for the groups past K.
+inline void mxfp4_relayout_scales(const uint8_t* src, int N, int K, uint8_t* dst) {
+  const int G = K / kMxfp4Group, KB = mxfp4_act_cols(K) / kMxfp4ActBlock;
+  for (int kb = 0; kb < KB; ++kb)
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < 4; ++c) {
+        const int grp = 4 * kb + c;
+        dst[(size_t(kb) * N + n) * 4 + c] = grp < G ? src[size_t(n) * G + grp] : uint8_t(127);
+      }
 }
 
 }  // namespace osprey

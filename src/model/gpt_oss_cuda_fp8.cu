@@ -11,11 +11,13 @@
 
 #include "core/progress.h"
 #include "formats/fp8.h"
+#include "formats/mxfp4.h"
 #include "model/gpt_oss_fp8.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 #include "kernels/cuda/sample.cuh"
 
@@ -45,8 +47,19 @@ struct Fp8Weight {
   }
 };
 
+// One layer's MXFP4 experts on the device: the checkpoint's E2M1 codes as stored, the scales
+// re-laid out for the kernels (formats/mxfp4.h).
+struct Mxfp4Weight {
+  DeviceArray<uint8_t> blocks, scales;
+  int experts = 0, rows = 0, cols = 0;
+  cuda::Mxfp4ExpertsView view(const cuda::bf16* bias) const {
+    return {blocks.ptr, scales.ptr, bias, experts, rows, cols};
+  }
+};
+
 struct Layer {
   bool sliding = false;
+  Mxfp4Weight mx1, mx2;  // the experts (ExpertWeights::Mxfp4), else in mlp1 and mlp2 as FP8
   bool fused_qkv = false;  // q, k, v as one [Q + 2 KV][H] weight (when their row counts are multiples of 128)
   Fp8Weight qkv, q, k, v, o, mlp1, mlp2;
   DeviceArray<cuda::bf16> qkv_bias;
@@ -96,6 +109,8 @@ struct GptOssCudaFp8::Impl {
   DeviceArray<int32_t> d_merge_count;  // the attention merge tail's arrival counters, [rows][kv_heads], zero between uses
   DeviceArray<float> x, h, qkv, q, k, v, attn, rlogits, rw, t1, y, logits, split_scratch;
   ActBuf act_h, act_attn, act_moe, act_a;
+  const bool mxfp4 = opt.experts == ExpertWeights::Mxfp4;
+  DeviceArray<cuda::bf16> xb, ab;  // MXFP4 experts: their BF16 inputs (norm output, SwiGLU output)
   std::map<int, cudaGraphExec_t> graphs;
 
   cuda::KvLayerView view(int l) {
@@ -175,6 +190,20 @@ struct GptOssCudaFp8::Impl {
     weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
   }
 
+  void upload_mxfp4(Mxfp4Weight& dst, const Mxfp4Experts& src) {
+    if (src.cols % kMxfp4Group || src.rows % 16)
+      fail_plain("the MXFP4 expert path needs expert matrices whose rows are a multiple of 16 and columns of 32");
+    dst.experts = src.experts, dst.rows = src.rows, dst.cols = src.cols;
+    const size_t nb = size_t(src.experts) * src.rows * src.cols / 2;
+    const size_t per = size_t(mxfp4_act_cols(src.cols) / kMxfp4ActBlock) * src.rows * 4;
+    dst.blocks = DeviceArray<uint8_t>(nb);
+    OSPREY_CUDA_CHECK(cudaMemcpy(dst.blocks.ptr, src.blocks, nb, cudaMemcpyHostToDevice));
+    std::vector<uint8_t> relaid(per * src.experts);
+    for (int e = 0; e < src.experts; ++e) mxfp4_relayout_scales(src.expert_scales(e), src.rows, src.cols, &relaid[e * per]);
+    dst.scales = upload(relaid.data(), relaid.size());
+    weight_bytes += double(nb) + double(relaid.size());
+  }
+
   Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
     if (opt.slots < 1 || opt.max_context < 1 || opt.max_rows < 1 || !(opt.gpu_memory_utilization > 0.0 && opt.gpu_memory_utilization <= 1.0))
       fail_plain("GptOssCudaFp8: bad options (slots, max_context and max_rows at least 1, gpu_memory_utilization in (0, 1])");
@@ -183,7 +212,12 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     lt = std::make_unique<cuda::BlockFp8Gemm>(stream);
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
-    Progress progress(w.fp8 ? "loading fp8 weights to the GPU" : "loading weights to the GPU as fp8", cfg.num_layers + 1);
+    if (mxfp4 && w.fp8)
+      fail_plain("this checkpoint was converted to FP8 (`osprey convert`): its experts are no longer MXFP4; run it with "
+                 "--weights fp8, or use the original checkpoint");
+    Progress progress(w.fp8 ? "loading fp8 weights to the GPU"
+                            : mxfp4 ? "loading weights to the GPU (experts mxfp4, dense fp8)" : "loading weights to the GPU as fp8",
+                      cfg.num_layers + 1);
     DeviceArray<cuda::bf16> staging;
     DeviceArray<uint8_t> blocks, scales;
     embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
@@ -223,8 +257,13 @@ struct GptOssCudaFp8::Impl {
           convert_dense(d.v, L.v, staging);
         }
         convert_dense(d.o, L.o, staging);
-        convert_experts(d.mlp1, L.mlp1, blocks, scales);
-        convert_experts(d.mlp2, L.mlp2, blocks, scales);
+        if (mxfp4) {
+          upload_mxfp4(d.mx1, L.mlp1);
+          upload_mxfp4(d.mx2, L.mlp2);
+        } else {
+          convert_experts(d.mlp1, L.mlp1, blocks, scales);
+          convert_experts(d.mlp2, L.mlp2, blocks, scales);
+        }
       }
       weight_bytes += 4.0 * E * H + 2.0 * (E * 3 * I + E * H);
       progress.advance(1);
@@ -261,7 +300,12 @@ struct GptOssCudaFp8::Impl {
     // Attention partials: a decode bucket with its splits, or a prefill chunk without flash (1 split).
     split_scratch = DeviceArray<float>(size_t(std::max(bucket_max * decode_splits(), R)) * cfg.num_heads *
                                        (cfg.head_dim + 2));
-    act_h.reserve(R4, H), act_attn.reserve(R4, Q), act_moe.reserve(P, H), act_a.reserve(P, I);
+    act_h.reserve(R4, H), act_attn.reserve(R4, Q);
+    if (mxfp4) {
+      xb = DeviceArray<cuda::bf16>(size_t(R4) * mxfp4_act_cols(H)), ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
+    } else {
+      act_moe.reserve(P, H), act_a.reserve(P, I);
+    }
     // KV cache: the pages both layer groups share, sized from what the GPU has left.
     max_pages = (opt.max_context + cuda::kPage - 1) / cuda::kPage;
     int group_layers[2] = {0, 0};
@@ -463,7 +507,7 @@ struct GptOssCudaFp8::Impl {
       }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
-      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
+      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe || mxfp4 ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
                       {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream);
       cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
@@ -471,7 +515,18 @@ struct GptOssCudaFp8::Impl {
       // lets the one-row tile run. From two tokens on it saves no pass of the 8-row tile, and with it
       // batch 64 measured 1.4% slower (same call on the H200: 13.87 against 13.68 ms).
       if (T == 1) sg.row_live = d_row_token.ptr, sg.seg_rows_max = 1;
-      if (pass.lt_moe) {
+      // Rows an expert typically gets (twice the mean, at most every token).
+      const int per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
+      if (mxfp4) {
+        cuda::to_bf16_mxfp4_layout(h.ptr, T, H, xb.ptr, stream);
+        cuda::ExpertRows rows;
+        rows.seg = d_seg.ptr, rows.active = d_active.ptr, rows.active_max = std::min(E, T * Kx);
+        rows.row_live = d_row_token.ptr, rows.x_rows = d_row_token.ptr, rows.rows = P, rows.rows_per_expert = per_expert;
+        cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream);
+        cuda::moe_swiglu_bf16(t1.ptr, d_seg.ptr + E, P, I, alpha, limit, ab.ptr, stream);
+        rows.x_rows = nullptr;
+        cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, rows, y.ptr, stream);
+      } else if (pass.lt_moe) {
         cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
         OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -492,8 +547,6 @@ struct GptOssCudaFp8::Impl {
                   y.ptr + size_t(r0) * H, n, H, I);
         });
       } else {
-        // Tile width for the rows an expert typically gets (twice the mean, at most every token).
-        const int per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
         cuda::ActSegments by_token = sg;        // each sorted row reads its token's quantized row
         by_token.x_rows = d_row_token.ptr, by_token.x_ld = ld;
         cuda::fp8_gemm_skinny(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_h.q.ptr, act_h.s.ptr,
@@ -672,7 +725,7 @@ struct GptOssCudaFp8::Impl {
     set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
     Pass& pass = st.pass;
     pass.lt_dense = opt.cublaslt;
-    pass.lt_moe = opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
+    pass.lt_moe = !mxfp4 && opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
                   lt->available(4, H, I);
     pass.attn_splits = pass.decode_rows > 0
                            ? cuda::decode_attention_splits(pass.decode_rows, cfg.num_kv_heads, decode_splits())

@@ -1,6 +1,8 @@
-// The Hopper path: gpt-oss on one GPU with FP8 e4m3 128x128 block-scaled weights (converted on
-// the GPU at load, bit-identical to model/gpt_oss_fp8.h), activations quantized in 1x128 blocks
-// and a paged BF16 KV cache. The model keeps the KV memory; where each sequence's positions live
+// The Hopper path: gpt-oss on one GPU. The dense GEMM weights (attention, unembedding) are FP8
+// e4m3 128x128 block-scaled (converted on the GPU at load, bit-identical to model/gpt_oss_fp8.h),
+// their activations quantized in 1x128 blocks; the experts stay MXFP4 as the checkpoint ships
+// them, multiplied with BF16 activations (kernels/cuda/moe_gemm_mxfp4.cuh), or (experts = Fp8)
+// are converted to FP8 like the dense weights; a paged BF16 KV cache. The model keeps the KV memory; where each sequence's positions live
 // is the engine's block manager's decision (engine/kv_blocks.h), handed over as block tables per
 // slot (a slot is a row of the page tables). One forward runs a step's chunks together: every
 // decode token and every prompt chunk, one set of GEMMs over all rows, decode attention for the
@@ -20,6 +22,9 @@ namespace osprey {
 class GptOssCudaFp8 {
  public:
   static constexpr int kBlockPositions = 64;  // positions per KV block (the kernels' page)
+  // How the experts' weights live on the GPU: MXFP4 as shipped (4.25 bits a weight, exact, BF16
+  // activations), or converted to FP8 128x128 blocks (8 bits, FP8 activations).
+  enum class ExpertWeights { Mxfp4, Fp8 };
   struct Options {
     int slots = 1;              // sequences in one step at most (page-table rows)
     int max_context = 131072;   // positions per sequence (page-table width)
@@ -35,6 +40,7 @@ class GptOssCudaFp8 {
     // GEMMs of 32+ rows through cuBLASLt (its FP8 products differ from exact fp32 sums by ~1.2e-4
     // relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
     bool cublaslt = true;
+    ExpertWeights experts = ExpertWeights::Mxfp4;  // a converted FP8 checkpoint has only Fp8
   };
   GptOssCudaFp8(const GptOssWeights& w, const Options& opt);
   ~GptOssCudaFp8();

@@ -36,8 +36,14 @@ void round_to_bf16(std::vector<float>& v) {
 GptOssCpuModel::~GptOssCpuModel() = default;
 
 GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision) : w_(w) {
+  mxfp4_experts_ = precision == CpuPrecision::Mxfp4;
+  if (mxfp4_experts_ && w.fp8)
+    fail("this checkpoint holds FP8 weights (written by `osprey convert`): its experts are no longer MXFP4; run it "
+         "with --precision fp8");
   if (precision == CpuPrecision::Fp8)
     fp8_ = w.fp8 ? w.fp8 : std::make_shared<const GptOssFp8Weights>(GptOssFp8Weights::convert(w));
+  else if (mxfp4_experts_)
+    fp8_ = std::make_shared<const GptOssFp8Weights>(GptOssFp8Weights::convert(w, true, /*experts=*/false));
   else if (w.fp8)
     fail("this checkpoint holds FP8 weights (written by `osprey convert`): run it with --precision fp8");
   bf16_act_ = precision == CpuPrecision::Bf16;
@@ -179,7 +185,7 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x,
   cpu::f32_bf16w_rmsnorm(x, L.mlp_norm, h.data(), T, H, float(c.rms_norm_eps));
   cpu::f32_bf16w_matmul(h.data(), L.router.w, L.router_bias, router.data(), T, E, H);
   cpu::f32_topk_softmax(router.data(), idx.data(), wts.data(), T, E, K);
-  round_act(h);  // the experts' input (the router read it in fp32)
+  if (bf16_act_ || mxfp4_experts_) round_to_bf16(h);  // the experts' input (the router read it in fp32)
 
   // Group (token, weight) pairs by expert; run each expert once over its tokens.
   std::vector<std::vector<std::pair<int, float>>> by_expert(E);
@@ -195,10 +201,11 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x,
     a.resize(size_t(n) * I);
     y.resize(size_t(n) * H);
     for (int i = 0; i < n; ++i) std::memcpy(&xe[size_t(i) * H], &h[size_t(toks[i].first) * H], H * sizeof(float));
-    expert_linear(L.mlp1, fp8_ ? &fp8_->layers[layer].mlp1 : nullptr, e, xe.data(), t1.data(), n);
+    const bool q8 = fp8_ && !mxfp4_experts_;
+    expert_linear(L.mlp1, q8 ? &fp8_->layers[layer].mlp1 : nullptr, e, xe.data(), t1.data(), n);
     cpu::f32_swiglu_clamped(t1.data(), a.data(), n, I, float(c.swiglu_alpha), float(c.swiglu_limit));
-    round_act(a);
-    expert_linear(L.mlp2, fp8_ ? &fp8_->layers[layer].mlp2 : nullptr, e, a.data(), y.data(), n);
+    if (bf16_act_ || mxfp4_experts_) round_to_bf16(a);
+    expert_linear(L.mlp2, q8 ? &fp8_->layers[layer].mlp2 : nullptr, e, a.data(), y.data(), n);
     for (int i = 0; i < n; ++i) {
       float* xt = x + size_t(toks[i].first) * H;
       const float w = toks[i].second;

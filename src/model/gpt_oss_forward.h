@@ -28,7 +28,10 @@ struct SequenceChunk {
 // stored, which BF16 holds exactly): each GEMM's input rounded to BF16 where that path rounds it
 // (the attention norm's output, the attention output, the MLP norm's output for the experts (the
 // router reads it in fp32), the SwiGLU output, the final norm's output), fp32 math and fp32 KV.
-enum class CpuPrecision { AsStored, Fp8, Bf16 };
+// Mxfp4: the emulation of the Hopper path's default (--weights mxfp4): the dense GEMMs as Fp8, the
+// experts as stored (MXFP4, exact) with their inputs (the MLP norm's output, the SwiGLU output)
+// rounded to BF16.
+enum class CpuPrecision { AsStored, Fp8, Bf16, Mxfp4 };
 
 class GptOssCpuModel {
  public:
@@ -56,6 +59,7 @@ class GptOssCpuModel {
 
   const GptOssWeights& w_;
   bool bf16_act_ = false;  // Bf16 precision: GEMM inputs rounded to BF16 (round_act)
+  bool mxfp4_experts_ = false;  // Mxfp4 precision: the experts as stored, their inputs rounded to BF16
   void round_act(std::vector<float>& v) const;
   std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)
   cpu::RopeTable rope_;

@@ -51,7 +51,7 @@ void add_mxfp4(std::vector<Task>& tasks, fp8::Matrix& m, const Mxfp4Experts& src
 
 }  // namespace
 
-GptOssFp8Weights GptOssFp8Weights::convert(const GptOssWeights& w, bool show_progress) {
+GptOssFp8Weights GptOssFp8Weights::convert(const GptOssWeights& w, bool show_progress, bool experts) {
   if (w.fp8) fail("the checkpoint is already converted to FP8");
   GptOssFp8Weights out;
   out.layers.resize(w.layers.size());
@@ -64,8 +64,10 @@ GptOssFp8Weights GptOssFp8Weights::convert(const GptOssWeights& w, bool show_pro
     add_bf16(tasks, d.k, L.k);
     add_bf16(tasks, d.v, L.v);
     add_bf16(tasks, d.o, L.o);
-    add_mxfp4(tasks, d.mlp1, L.mlp1);
-    add_mxfp4(tasks, d.mlp2, L.mlp2);
+    if (experts) {
+      add_mxfp4(tasks, d.mlp1, L.mlp1);
+      add_mxfp4(tasks, d.mlp2, L.mlp2);
+    }
   }
   size_t total = 0;
   for (const Task& t : tasks) total += t.elements();

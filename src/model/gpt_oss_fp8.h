@@ -21,8 +21,9 @@ struct GptOssFp8Weights {
   fp8::Matrix unembed;  // [vocab][hidden]
 
   // MXFP4 experts are decoded exactly to fp32 and BF16 matrices widened, then block-quantized
-  // (OpenMP over row blocks; progress on stderr when `progress`).
-  static GptOssFp8Weights convert(const GptOssWeights& w, bool progress = true);
+  // (OpenMP over row blocks; progress on stderr when `progress`). experts = false: the dense
+  // matrices only (mlp1 and mlp2 stay empty).
+  static GptOssFp8Weights convert(const GptOssWeights& w, bool progress = true, bool experts = true);
 };
 
 // `osprey convert`: writes a checkpoint (Hugging Face tensor names, sharded safetensors) whose GEMM

@@ -8,6 +8,8 @@
 #include <regex>
 #include <functional>
 #include <gtest/gtest.h>
+
+#include "formats/mxfp4.h"
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -334,6 +336,72 @@ TEST(Bf16Emulation, RoundsTheGemmInputsOnly) {
   EXPECT_GT(rel_err(b.data(), a.data(), a.size()), 1e-5);  // rounding is not a no-op
   EXPECT_LT(rel_err(b.data(), a.data(), a.size()), 0.1);   // and stays near fp32 (2^-9 per rounded value)
   EXPECT_EQ(emu2.forward(toks, c3, true), b);
+}
+
+// --precision mxfp4 (the emulation of the Hopper path's default, --weights mxfp4): the dense GEMMs as
+// the fp8 emulation runs them, the experts exact with BF16 inputs. So with the experts' FP8 rounding
+// gone it sits between fp8 and fp32, and it is the fp8 emulation's attention with the bf16
+// emulation's experts: replacing either half changes the logits.
+TEST(Mxfp4Emulation, DenseAsFp8ExpertsExactWithBf16Inputs) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-b"), dir / "m", {.seed = 9, .progress = false, .branch_scale = 0.25f});
+  GptOssWeights w = GptOssWeights::load(dir / "m");
+  const std::vector<int32_t> toks = {5, 77, 300, 12, 99, 41, 7, 512, 3};
+  auto run = [&](CpuPrecision p) {
+    GptOssCpuModel m(w, p);
+    KvCache c = m.new_cache();
+    return m.forward(toks, c, true);
+  };
+  const std::vector<float> f32 = run(CpuPrecision::AsStored), f8 = run(CpuPrecision::Fp8), b16 = run(CpuPrecision::Bf16),
+                           mx = run(CpuPrecision::Mxfp4);
+  const double e_mx = rel_err(mx.data(), f32.data(), f32.size()), e_f8 = rel_err(f8.data(), f32.data(), f32.size());
+  EXPECT_GT(e_mx, rel_err(b16.data(), f32.data(), f32.size()));  // its attention is FP8
+  EXPECT_LT(e_mx, e_f8);                                        // its experts are exact
+  EXPECT_GT(rel_err(mx.data(), f8.data(), f8.size()), 1e-4);
+  EXPECT_EQ(run(CpuPrecision::Mxfp4), mx);
+}
+
+TEST(Mxfp4Layout, PositionsArePermutationsAndScalesRelaid) {
+  for (int K : {32, 64, 2880})
+    for (int k = 0; k < mxfp4_act_cols(K); ++k) {
+      ASSERT_EQ(mxfp4_act_column(mxfp4_act_position(k)), k);
+      ASSERT_EQ(mxfp4_act_position(k) / 128, k / 128);  // within its 128-column block
+    }
+  // Word 0 of a block holds columns 0..7 of groups 0..3 as the decode's first two MMA steps read
+  // them: step 0 takes pairs (k, k + 4) for k = 0, 1 of thread c's group c.
+  EXPECT_EQ(mxfp4_act_column(0), 0);
+  EXPECT_EQ(mxfp4_act_column(1), 4);
+  EXPECT_EQ(mxfp4_act_column(2), 1);
+  EXPECT_EQ(mxfp4_act_column(8), 32);
+  const int N = 3, K = 160;  // 5 groups: the second block has one group, three of padding
+  std::vector<uint8_t> src(N * K / 32), dst(2 * N * 4);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(100 + i);
+  mxfp4_relayout_scales(src.data(), N, K, dst.data());
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(dst[n * 4 + c], src[n * 5 + c]);
+    EXPECT_EQ(dst[(N + n) * 4], src[n * 5 + 4]);
+    for (int c = 1; c < 4; ++c) EXPECT_EQ(dst[(N + n) * 4 + c], 127);
+  }
+}
+
+// --weights is the GPU's: refused on the CPU, with the CUDA reference paths, and for bf16 (not
+// built); --precision mxfp4 is the CPU emulation's.
+TEST(WeightsCli, RefusedWhereItCannotApply) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
+  const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
+  auto cpu = test::run_cli("generate --weights fp8" + m);
+  EXPECT_EQ(cpu.exit_code, 1);
+  EXPECT_NE(cpu.err.find("--weights fp8 chooses the GPU's expert format"), std::string::npos) << cpu.err;
+  auto emu = test::run_cli("generate --precision mxfp4" + m);
+  EXPECT_EQ(emu.exit_code, 0) << emu.err;
+  auto logits = test::run_cli("logits --backend cpu --weights mxfp4 --model " + (d / "m") + " --tokens 5 --out " + (d / "l.npy"));
+  EXPECT_EQ(logits.exit_code, 1);
+  auto serve = test::run_cli("serve --backend cpu --weights mxfp4 --model " + (d / "m") + " --port 1");
+  EXPECT_EQ(serve.exit_code, 1);
+  EXPECT_NE(serve.err.find("--weights mxfp4 chooses the GPU's expert format"), std::string::npos) << serve.err;
+  auto bench = test::run_cli("bench --backend cpu --weights fp8 --model " + (d / "m"));
+  EXPECT_EQ(bench.exit_code, 1);
 }
 
 // `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.

@@ -12,6 +12,7 @@
 #include <string>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -401,14 +402,6 @@ __device__ inline int live_rows(const int32_t* row_live, int s0, int s1) {
   return live;
 }
 
-__device__ inline void cp_async16(void* smem, const void* gmem, bool ok) {
-  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // Block: 8 warps = (8 / ks) tiles of 16 weight rows x ks K-splits (a tile's ks partial sums are
 // added in a fixed order through shared memory, so results do not depend on timing; ks = 1: each
 // warp owns a tile over the whole K and writes it directly). blockIdx.y = segment. Each pass
@@ -667,19 +660,6 @@ void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K,
   launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s, sg);
 }
 
-// Blocks of kSkinnyWarps warps of `kernel` an SM holds with `smem` bytes of dynamic shared memory,
-// asked of the runtime once per (kernel, smem): the launcher needs it on every call.
-static int resident_blocks_per_sm(const void* kernel, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, size_t>, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find({kernel, smem}); it != known.end()) return it->second;
-  int n = 0;
-  OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kSkinnyWarps * 32, smem));
-  known.emplace(std::pair{kernel, smem}, n);
-  return n;
-}
-
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
                      int rows_hint, cudaStream_t st) {
@@ -690,12 +670,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   // waves and reductions), never more splits than 128-blocks.
   const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.n, row_tiles = (N + 15) / 16;
   const int KB = (K + kB - 1) / kB;
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    OSPREY_CUDA_CHECK(cudaGetDevice(&dev));
-    OSPREY_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
+  const int sms = sm_count();
   auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
   constexpr int kMaxStage = 200 * 1024;
   static std::once_flag once;  // set outside any graph capture's dependence on it: once, for the largest stage
@@ -724,7 +699,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
     int ks = 1;
     while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
     if (!fewest) {
-      const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
+      const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kSkinnyWarps * 32, smem);
       while (ks < kSkinnyWarps && ks * 2 <= KB && blocks(ks * 2) <= size_t(per_sm) * sms) ks *= 2;
     }
     const int tiles_per_block = kSkinnyWarps / ks;

@@ -1,0 +1,53 @@
+// --weights mxfp4|fp8|bf16: how the experts' weights live on the GPU (the engine's CUDA path),
+// shared by serve, generate, logits and bench.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "model/gpt_oss_cuda_fp8.h"
+#include "model/gpt_oss_weights.h"
+
+namespace osprey::cli {
+
+struct WeightsArg {
+  std::string value;  // empty: mxfp4, or fp8 for a checkpoint `osprey convert` wrote
+  void add(CLI::App* cmd) {
+    cmd->add_option("--weights", value,
+                    "cuda: the experts on the GPU: mxfp4 (the default: as the checkpoint ships them, 4.25 bits a "
+                    "weight, exact, BF16 activations) or fp8 (converted to FP8 128x128 blocks, FP8 activations); the "
+                    "dense layers are FP8 either way")
+        ->check(CLI::IsMember({"mxfp4", "fp8", "bf16"}));
+  }
+  // Refuses --weights where the run has no engine path to apply it to (the CPU, the CUDA bf16 and
+  // fp32 reference paths), and --precision mxfp4 on the GPU (the engine's path is fp8 there).
+  void check(const std::string& backend, const std::string& precision) const {
+    if (backend == "cuda" && precision == "mxfp4")
+      fail("--precision mxfp4 names the CPU emulation; on the GPU the engine's path is --precision fp8 (its experts "
+           "as --weights says, mxfp4 by default)");
+    if (value.empty()) return;
+    if (backend != "cuda")
+      fail("--weights {} chooses the GPU's expert format; with --backend {} use --precision (mxfp4 or fp8 emulate "
+           "the GPU paths)",
+           value, backend);
+    if (!precision.empty() && precision != "fp8")
+      fail("--weights {} applies to the engine's path (--precision fp8); --precision {} runs the CUDA reference path, "
+           "whose experts are BF16",
+           value, precision);
+  }
+  // The choice for this checkpoint on `backend`; refuses what cannot run.
+  GptOssCudaFp8::ExpertWeights experts(const GptOssWeights& w, const std::string& backend) const {
+    if (!value.empty() && backend != "cuda")
+      fail("--weights {} chooses the GPU's expert format; with --backend {} use --precision (mxfp4 or fp8 emulate the "
+           "GPU paths)",
+           value, backend);
+    if (value == "bf16")
+      fail("--weights bf16 is not built: BF16 experts take 3.8x the bytes of MXFP4 and hold the same values; use "
+           "mxfp4 (exact) or fp8");
+    if (value == "fp8") return GptOssCudaFp8::ExpertWeights::Fp8;
+    if (value.empty() && w.fp8) return GptOssCudaFp8::ExpertWeights::Fp8;  // a converted checkpoint has no MXFP4
+    return GptOssCudaFp8::ExpertWeights::Mxfp4;
+  }
+};
+
+}  // namespace osprey::cli

@@ -1,0 +1,53 @@
+// The MoE's expert GEMMs over MXFP4 weights kept 4-bit on the GPU (the checkpoint's E2M1 codes),
+// with BF16 activations: each weight group is decoded exactly to BF16 in registers (E2M1 times its
+// E8M0 power of two is a BF16 value) and multiplied on the tensor cores (mma.sync bf16, fp32
+// accumulators that start from the expert's bias). One launch covers every expert of a layer: the
+// rows are sorted by expert (MoeSorted, fp8.cuh) and each block finds its expert in the device-side
+// offset table, so nothing waits on the host. Decode steps (few rows per expert) stream the weights
+// once per step; prefill chunks run 128x128 output tiles. K = 2880 is 22.5 blocks of 128 columns:
+// the last block's missing half is read as zeros (no weight bytes loaded, zero activations).
+// The CPU twin: kernels/cpu f32_mxfp4w_matmul on BF16-rounded inputs (tests/cuda/test_moe_mxfp4.cu).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/ops.cuh"
+
+namespace osprey::cuda {
+
+// One layer's experts as the kernels read them: E2M1 codes blocks [E][N][K/2] exactly as stored
+// (byte b of a row: column 2b in the low nibble, 2b + 1 in the high one), the E8M0 scales re-laid
+// out as formats/mxfp4.h mxfp4_relayout_scales writes them ([E][KB][N][4]), bias [E][N] (or null).
+struct Mxfp4ExpertsView {
+  const uint8_t* blocks = nullptr;
+  const uint8_t* scales = nullptr;
+  const bf16* bias = nullptr;
+  int experts = 0, N = 0, K = 0;  // N % 16 == 0, K % 32 == 0
+};
+
+// The rows of one grouped GEMM, sorted by expert: expert e owns rows [seg[e], seg[e + 1]).
+struct ExpertRows {
+  const int32_t* seg = nullptr;       // device [experts + 1]
+  const int32_t* active = nullptr;    // device [active_max]: the experts that have rows, then -1 (null: all)
+  int active_max = 0;
+  // Optional: rows with row_live[r] < 0 are padding (a suffix of each expert's run); the decode
+  // path leaves their outputs as they were, the tiled path computes them from zero inputs.
+  const int32_t* row_live = nullptr;
+  const int32_t* x_rows = nullptr;    // optional: row r reads activation row x_rows[r] (< 0: zeros)
+  int rows = 0;                       // a bound on seg[experts]
+  int rows_per_expert = 0;            // what an expert typically gets (picks decode or tiled)
+};
+
+// y[r][n] = sum_k W_e[n][k] * x[src(r)][k] + bias_e[n] for the rows r of every expert e; x BF16
+// in the MXFP4 activation layout ([.][round128(K)], formats/mxfp4.h), y fp32 [rows][N].
+void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
+                                          cudaStream_t st);
+
+// x fp32 [T][K] -> BF16 (round to nearest) in the MXFP4 activation layout, out [T][round128(K)].
+void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st);
+
+// The experts' clamped SwiGLU: rows r < *rows_end (a device count, at most rows_max) of
+// t [.][2I] (gate and up interleaved) -> a [.][round128(I)] BF16 in the MXFP4 activation layout.
+void moe_swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha, float limit, bf16* a,
+                     cudaStream_t st);
+
+}  // namespace osprey::cuda

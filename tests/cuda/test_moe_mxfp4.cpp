@@ -1,0 +1,181 @@
+// The MXFP4 expert GEMMs (kernels/cuda/moe_gemm_mxfp4.cuh) against their CPU twin: the exact
+// MXFP4 matmul (kernels/cpu) over BF16-rounded activations, at awkward sizes (1, 3, 129 and 600
+// tokens; K = N = 2880, 22.5 blocks of 128), with an expert that gets no tokens and one that gets
+// every token, through both the decode and the tiled path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "formats/mxfp4.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4.cuh"
+
+namespace osprey {
+namespace {
+
+// E experts of random MXFP4 weights [N][K]: every E2M1 code, scales 2^(S - 127) with S in
+// [lo, hi] (above 128 the decode multiplies twice; below 127 the subnormal code stays exact).
+struct HostExperts {
+  int E, N, K;
+  std::vector<uint8_t> blocks, scales, relaid;  // [E][N][K/2], [E][N][K/32], [E][KB][N][4]
+  std::vector<bf16> bias;                       // [E][N]
+  HostExperts(int e, int n, int k, uint32_t seed, int lo = 118, int hi = 131) : E(e), N(n), K(k) {
+    std::mt19937 rng(seed);
+    blocks.resize(size_t(E) * N * K / 2);
+    scales.resize(size_t(E) * N * K / 32);
+    for (auto& b : blocks) b = uint8_t(rng());
+    for (auto& s : scales) s = uint8_t(lo + int(rng() % unsigned(hi - lo + 1)));
+    const size_t per = size_t(mxfp4_act_cols(K) / kMxfp4ActBlock) * N * 4;
+    relaid.resize(E * per);
+    for (int x = 0; x < E; ++x) mxfp4_relayout_scales(&scales[size_t(x) * N * K / 32], N, K, &relaid[x * per]);
+    bias = randbf(size_t(E) * N, seed + 1);
+  }
+};
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+  return v;
+}
+
+// Choices [T][4] over E experts: choice 0 is always expert 0 (it gets every token), the others
+// are distinct experts in [1, E - 1) (expert E - 1 gets none).
+std::vector<int32_t> skewed_choices(int T, int E, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> idx;
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> e(E - 2);
+    std::iota(e.begin(), e.end(), 1);
+    std::shuffle(e.begin(), e.end(), rng);
+    idx.push_back(0);
+    for (int j = 0; j < 3; ++j) idx.push_back(e[j]);
+  }
+  return idx;
+}
+
+class MoeMxfp4 : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+INSTANTIATE_TEST_SUITE_P(Awkward, MoeMxfp4,
+                         ::testing::Values(std::tuple{1, false}, std::tuple{3, false}, std::tuple{129, false},
+                                           std::tuple{3, true}, std::tuple{129, true}, std::tuple{600, true}));
+
+TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
+  const auto [T, tiled] = GetParam();
+  const int E = 8, k = 4, N = 2880, K = 2880;
+  const HostExperts W(E, N, K, 70 + T);
+  const auto idx = skewed_choices(T, E, 71);
+  const auto x = randf(size_t(T) * K, 72, 2.0f);
+  const int P = cuda::moe_rows_max(T, k, E), Kp = mxfp4_act_cols(K);
+  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
+  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  Dev<uint8_t> blocks(W.blocks), scales(W.relaid);
+  Dev<bf16> bias(W.bias);
+  Dev<float> dx(x), y(size_t(P) * N);
+  Dev<bf16> xb(size_t(T) * Kp);
+  cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
+  const cuda::Mxfp4ExpertsView view{blocks.p, scales.p, as_dev_bf16(bias), E, N, K};
+  cuda::ExpertRows rows;
+  rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
+  rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P;
+  rows.rows_per_expert = tiled ? 64 : std::min(16, 2 * T);
+  cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y.p, nullptr);
+  const auto got = y.get();
+  const auto hpair = pair_row.get(), hrow = row_token.get(), hseg = seg.get();
+  EXPECT_EQ(hseg[E] - hseg[E - 1], 0) << "expert E - 1 gets no rows";
+  EXPECT_EQ((hseg[1] - hseg[0]) / 4, (T + 3) / 4) << "expert 0 gets every token";
+  const auto xr = round_bf16(x);
+  std::vector<float> ref(N), row(N);
+  double worst = 0;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int e = idx[size_t(t) * k + j], r = hpair[size_t(t) * k + j];
+      cpu::f32_mxfp4w_matmul(&xr[size_t(t) * K], &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32],
+                             &W.bias[size_t(e) * N], ref.data(), 1, N, K);
+      std::copy_n(&got[size_t(r) * N], N, row.begin());
+      worst = std::max(worst, rel_err(row, ref));
+    }
+  EXPECT_LT(worst, 2e-6) << "T " << T << (tiled ? " tiled" : " decode");
+  // The decode path leaves padding rows as they were (poisoned: NaN); the tiled path computes them
+  // from zero rows: the bias.
+  for (int r = 0; r < hseg[E]; ++r)
+    if (hrow[r] < 0) {
+      if (tiled) {
+        const int e = int(std::upper_bound(hseg.begin(), hseg.end(), r) - hseg.begin()) - 1;
+        EXPECT_EQ(got[size_t(r) * N + 5], bf16_to_f32(W.bias[size_t(e) * N + 5]));
+      } else {
+        EXPECT_TRUE(std::isnan(got[size_t(r) * N + 5]));
+      }
+    }
+}
+
+// Every weight code at scales across the whole E8M0 range the decode handles in one or two
+// multiplies, one GEMM row against a one-hot activation per column: exactly the decoded weight.
+TEST(MoeMxfp4, DecodeIsExactForEveryCodeAndScale) {
+  const int E = 1, N = 16, K = 256, T = 1;
+  for (auto [lo, hi] : {std::pair{3, 40}, std::pair{100, 140}, std::pair{200, 250}}) {
+    HostExperts W(E, N, K, 90 + lo, lo, hi);
+    std::fill(W.bias.begin(), W.bias.end(), f32_to_bf16(0.0f));
+    Dev<uint8_t> blocks(W.blocks), scales(W.relaid);
+    Dev<bf16> bias(W.bias);
+    const cuda::Mxfp4ExpertsView view{blocks.p, scales.p, as_dev_bf16(bias), E, N, K};
+    std::vector<int32_t> seg = {0, 1}, act = {0};
+    Dev<int32_t> dseg(seg), dact(act);
+    for (int col : {0, 5, 37, 100, 131, 255}) {
+      std::vector<float> x(K, 0.0f);
+      x[col] = 1.0f;
+      Dev<float> dx(x), y{size_t(N)};
+      Dev<bf16> xb(size_t(mxfp4_act_cols(K)));
+      cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
+      cuda::ExpertRows rows;
+      rows.seg = dseg.p, rows.active = dact.p, rows.active_max = 1, rows.rows = 1, rows.rows_per_expert = 1;
+      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y.p, nullptr);
+      const auto got = y.get();
+      std::vector<float> dec(K);
+      for (int n = 0; n < N; ++n) {
+        mxfp4_decode_row(&W.blocks[size_t(n) * K / 2], &W.scales[size_t(n) * K / 32], K, dec.data());
+        ASSERT_EQ(got[n], dec[col]) << "row " << n << " column " << col << " scales [" << lo << ", " << hi << "]";
+      }
+    }
+  }
+}
+
+TEST(MoeMxfp4, ActivationLayoutAndSwiglu) {
+  const int T = 5, K = 2880, Kp = mxfp4_act_cols(K);
+  const auto x = randf(size_t(T) * K, 80, 3.0f);
+  Dev<float> dx(x);
+  Dev<bf16> xb(size_t(T) * Kp);
+  cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
+  const auto got = xb.get();
+  for (int t = 0; t < T; ++t)
+    for (int p = 0; p < Kp; ++p) {
+      const int c = mxfp4_act_column(p);
+      const float want = c < K ? bf16_to_f32(f32_to_bf16(x[size_t(t) * K + c])) : 0.0f;
+      ASSERT_EQ(bf16_to_f32(got[size_t(t) * Kp + p]), want) << "row " << t << " position " << p;
+    }
+  // SwiGLU: rows below the device count, each as the CPU twin then rounded to BF16 (expf may
+  // differ by an ulp of fp32: compare to one BF16 ulp).
+  const int I = 2880, rows_max = 7, live = 5;
+  const auto t1 = randf(size_t(rows_max) * 2 * I, 81, 8.0f);
+  Dev<float> dt(t1);
+  Dev<int32_t> end(std::vector<int32_t>{live});
+  Dev<bf16> a(size_t(rows_max) * Kp);
+  cuda::moe_swiglu_bf16(dt.p, end.p, rows_max, I, 1.702f, 7.0f, as_dev_bf16(a), nullptr);
+  const auto ga = a.get();
+  std::vector<float> ref(size_t(rows_max) * I);
+  cpu::f32_swiglu_clamped(t1.data(), ref.data(), rows_max, I, 1.702f, 7.0f);
+  for (int r = 0; r < rows_max; ++r)
+    for (int p = 0; p < Kp; ++p) {
+      const uint16_t bits = ga[size_t(r) * Kp + p];
+      if (r >= live) {
+        ASSERT_EQ(bits, 0xFFFF) << "rows past the count are left as they were";
+        continue;
+      }
+      const int c = mxfp4_act_column(p);
+      const float want = c < I ? ref[size_t(r) * I + c] : 0.0f, v = bf16_to_f32(ga[size_t(r) * Kp + p]);
+      ASSERT_LE(std::fabs(v - want), std::fabs(want) * (1.0f / 128) + 1e-30f) << "row " << r << " column " << c;
+    }
+}
+
+}  // namespace
+}  // namespace osprey
