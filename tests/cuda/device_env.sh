@@ -16,17 +16,18 @@ agreement() {
 
 # cuda_vs_cpu "MODELS" "MODES" "SEEDS" [PROMPT]: for each synthetic checkpoint under $M (written
 # first if missing, seed 7), ";"-separated generate arguments and seed, `generate --backend cuda`
-# against `generate --precision fp8` on the CPU (24 tokens after PROMPT, default 5,6,7,8): greedy
-# decoding, or seeded sampling on the GPU against the host sampler.
+# against its CPU emulation (24 tokens after PROMPT, default 5,6,7,8): greedy decoding, or seeded
+# sampling on the GPU against the host sampler. CPU_PREC=fp8 compares `--weights fp8` with the fp8
+# emulation; the default, mxfp4, the engine's default path with its emulation.
 cuda_vs_cpu() {
-  local models=$1 modes=$2 seeds=$3 prompt=${4:-5,6,7,8} p mode sd
+  local models=$1 modes=$2 seeds=$3 prompt=${4:-5,6,7,8} p mode sd cp=${CPU_PREC:-mxfp4}
   IFS=';' read -ra mode_list <<< "$modes"
   for p in $models; do
     [ -d $M/$p ] || $B synth --preset $p --seed 7 --out $M/$p --quiet
     for mode in "${mode_list[@]}"; do for sd in $seeds; do
       local G C
-      G=$($B generate --backend cuda --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
-      C=$($B --threads 16 generate --precision fp8 --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+      G=$($B generate --backend cuda --weights $cp --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+      C=$($B --threads 16 generate --precision $cp --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
       agreement "$p $mode seed $sd" "$G" "$C"
     done; done
   done

@@ -77,20 +77,21 @@ __device__ inline int live_count(const int32_t* row_live, int s0, int s1) {
 // ---------------------------------------------------------------------------------------------
 // Decode: 16 weight rows per warp on the M side, up to 8 NT rows (tokens) per pass on the N side,
 // K split over ks warps of a block (partial sums added in a fixed order through shared memory).
-// Each warp streams its rows' codes and scales through a ring of kStages stages with cp.async; the
-// pass's activation rows are staged once per block. blockIdx.y: the active expert.
-constexpr int kStages = 4;
+// Each warp streams its rows' codes and scales through a ring of stages with cp.async (six with
+// 8 rows a pass: two blocks an SM keep 80 KB in flight; four with 16); the pass's activation rows
+// are staged once per block. blockIdx.y: the active expert.
+__host__ __device__ constexpr int decode_stages(int NT) { return NT == 1 ? 6 : 4; }
 constexpr int kStageBytes = 512 + 512 + 64;  // codes of rows g and g + 8 (16 B a lane), 16 rows' scale words
 
 __host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
-__host__ __device__ inline size_t skinny_smem(int R, int K) {
-  return size_t(R) * x_stride_bytes(K) + size_t(kWarps) * kStages * kStageBytes;
+__host__ __device__ inline size_t skinny_smem(int NT, int K) {
+  return size_t(8 * NT) * x_stride_bytes(K) + size_t(kWarps) * decode_stages(NT) * kStageBytes;
 }
 
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  constexpr int R = 8 * NT;
+  constexpr int R = 8 * NT, kStages = decode_stages(NT);
   __shared__ float red[kWarps][NT][4][32];
   extern __shared__ __align__(16) uint8_t smem[];
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, xs = x_stride_bytes(K);
@@ -199,13 +200,15 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
 // Prefill: 128 rows (tokens, M side) x 128 weight rows (N side) per block, 128 columns per stage,
 // three stages; 8 warps as 2 x 4, each 64 x 32. blockIdx.x walks the row tiles of all experts in
 // expert order (each expert's run cut into tiles of 128 rows), blockIdx.y the weight-row tiles.
+// The K blocks are summed in ks splits as the decode path splits them (split 0 from the bias, each
+// later split's sum added to the output in order), so a row's result is the same on both paths.
 constexpr int kTM = 128, kTN = 128, kTStages = 3;
 constexpr int kAStride = kBlk * 2 + 64;  // bytes of a staged activation row (16-byte loads conflict-free)
 constexpr int kAStage = kTM * kAStride, kBStage = kTN * 64, kSStage = kTN * 4;
 constexpr int kTStageBytes = kAStage + kBStage + kSStage;
 
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    mxfp4_tiled_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y) {
+    mxfp4_tiled_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int tile_start[257];
   __shared__ int found[2];
@@ -282,6 +285,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) acc[mt][nt][0] = b0, acc[mt][nt][1] = b1, acc[mt][nt][2] = b0, acc[mt][nt][3] = b1;
   }
+  const int per_split = (KB + ks - 1) / ks;
   for (int i = 0; i < kTStages - 1; ++i) issue(i);
   for (int kb = 0; kb < KB; ++kb) {
     cp_async_wait<kTStages - 2>();
@@ -325,22 +329,34 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         }
       }
     }
+    if ((kb + 1) % per_split == 0 || kb + 1 == KB) {  // a split ends: into the output, in split order
+      const bool first = kb < per_split;
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int n = nb + wn * 32 + nt * 8 + 2 * c;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = m0 + wm * 64 + mt * 16 + g + 8 * half;
+            float* out = y + size_t(r) * N + n;
+            float v0 = acc[mt][nt][2 * half], v1 = acc[mt][nt][2 * half + 1];
+            acc[mt][nt][2 * half] = acc[mt][nt][2 * half + 1] = 0.0f;
+            if (r >= m_end) continue;
+            if (n + 1 < N) {
+              if (!first) {
+                const float2 o = *reinterpret_cast<const float2*>(out);
+                v0 = o.x + v0, v1 = o.y + v1;
+              }
+              *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+            } else if (n < N) {
+              out[0] = first ? v0 : out[0] + v0;
+            }
+          }
+        }
+    }
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int n = nb + wn * 32 + nt * 8 + 2 * c;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = m0 + wm * 64 + mt * 16 + g + 8 * half;
-        if (r >= m_end) continue;
-        float* out = y + size_t(r) * N + n;
-        if (n + 1 < N) *reinterpret_cast<float2*>(out) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
-        else if (n < N) out[0] = acc[mt][nt][2 * half];
-      }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,35 +400,36 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: N must be a multiple of 16, K of 32, experts in [1, 256] (got N " +
                std::to_string(W.N) + ", K " + std::to_string(W.K) + ", " + std::to_string(W.experts) + " experts)");
   if (rows.rows == 0) return;
-  constexpr size_t kMaxSmem = 227 * 1024;
-  if (rows.rows_per_expert > 16) {  // prefill: 128 x 128 tiles
+  const int row_tiles = W.N / 16, KB = mxfp4_act_cols(W.K) / kBlk, sms = sm_count();
+  // K-splits: the fewest that give every SM a block of the decode path when 4 experts have rows
+  // (a batch-1 step of gpt-oss, top-4), never more than the K blocks. They depend on the shape
+  // only, and both paths sum in these splits, so a row's result does not depend on the batch.
+  constexpr int kTopK = 4;
+  int ks = 1;
+  while (ks < kWarps && ks * 2 <= KB && size_t(row_tiles * ks + kWarps - 1) / kWarps * kTopK < size_t(sms)) ks *= 2;
+  constexpr size_t kMaxSmem = 200 * 1024;  // dynamic, beside the decode kernel's static reduction buffer
+  // Up to 48 rows an expert (three passes of 16 over weights that stay in L2) the decode path;
+  // beyond, 128-row tiles.
+  if (rows.rows_per_expert > 48) {
     static std::once_flag once;
     std::call_once(once, [] {
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kTStages * kTStageBytes));
     });
     const dim3 grid(unsigned((rows.rows + kTM - 1) / kTM + W.experts), unsigned((W.N + kTN - 1) / kTN));
-    launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y);
+    launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y, ks);
     return;
   }
-  const int NT = rows.rows_per_expert > 8 ? 2 : 1, R = 8 * NT;
-  const size_t smem = skinny_smem(R, W.K);
+  const int NT = rows.rows_per_expert > 8 ? 2 : 1;
+  const size_t smem = skinny_smem(NT, W.K);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
     for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
-  const int segments = rows.active ? rows.active_max : W.experts, row_tiles = W.N / 16, KB = mxfp4_act_cols(W.K) / kBlk;
+  const int segments = rows.active ? rows.active_max : W.experts;
   auto kernel = NT == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>;
-  // K-splits per 16-row tile: the fewest that give every SM a block, then more while every block is
-  // still resident at once (the warps streaming at once set a decode GEMM's speed).
-  auto blocks = [&](int k) { return size_t(row_tiles * k + kWarps - 1) / kWarps * segments; };
-  const int sms = sm_count();
-  const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kWarps * 32, smem);
-  int ks = 1;
-  while (ks < kWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
-  while (ks < kWarps && ks * 2 <= KB && blocks(ks * 2) <= size_t(per_sm) * sms) ks *= 2;
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Every osprey path against osprey's CPU fp32 engine on a trained model: per-position relative error
+of the logits (mean, p90, worst), argmax agreement, mean and worst KL(cpu fp32 || path) over all ids.
+The CPU fp32 engine is the reference because it matches transformers fp32 on these models to 4e-7
+(docs/FIDELITY.md); train/fidelity.py measures against transformers' own goldens when a training
+run left them.
+
+Usage: fidelity_paths.py OSPREY MODEL IDS N PATHS
+  IDS: `osprey render --reply` output (JSON lines with "ids"); the first N dialogues are used.
+  PATHS: comma-separated backend:precision[:flag=value...], e.g. cpu:mxfp4,cuda:fp8:weights=fp8
+"""
+import json, subprocess, sys, tempfile, os
+import numpy as np
+
+B, model, ids_file, n, paths = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
+dialogues = [json.loads(l)["ids"] for l in open(ids_file)][:n]
+tmp = tempfile.mkdtemp()
+
+
+def logits(path, j, toks):
+    backend, prec, *flags = path.split(":")
+    out = os.path.join(tmp, f"{j}.npy")
+    cmd = [B, "--threads", "16", "logits", "--backend", backend, "--precision", prec, "--model", model,
+           "--tokens", ",".join(map(str, toks)), "--out", out] + [f"--{f}" for f in flags]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"{path}: {r.stderr.strip()[-300:]}")
+    return np.load(out).astype(np.float64)
+
+
+def lsm(x):
+    x = x - x.max(1, keepdims=True)
+    return x - np.log(np.exp(x).sum(1, keepdims=True))
+
+
+refs = [logits("cpu:fp32", j, t) for j, t in enumerate(dialogues)]
+print(f"{len(dialogues)} dialogues, {sum(map(len, dialogues))} positions; reference: osprey cpu fp32\n")
+print("| path | rel. error mean | p90 | worst | argmax | mean KL | worst KL |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for path in paths:
+    rel, kl, agree = [], [], []
+    for j, t in enumerate(dialogues):
+        a, ref = logits(path, j, t), refs[j]
+        rel.append(np.linalg.norm(a - ref, axis=1) / np.linalg.norm(ref, axis=1))
+        lp, lq = lsm(ref), lsm(a)
+        kl.append(np.sum(np.exp(lp) * (lp - lq), axis=1))
+        agree.append(a.argmax(1) == ref.argmax(1))
+    rel, kl, agree = map(np.concatenate, (rel, kl, agree))
+    print(f"| {path} | {rel.mean():.2e} | {np.quantile(rel, 0.9):.2e} | {rel.max():.2e} | {100 * agree.mean():.2f}% | "
+          f"{kl.mean():.2e} | {kl.max():.2e} |", flush=True)
