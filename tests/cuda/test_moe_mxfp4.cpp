@@ -42,7 +42,7 @@ std::vector<float> round_bf16(std::vector<float> v) {
 
 // Choices [T][4] over E experts: choice 0 is always expert 0 (it gets every token), the others
 // are distinct experts in [1, E - 1) (expert E - 1 gets none).
-std::vector<int32_t> skewed_choices(int T, int E, uint32_t seed) {
+std::vector<int32_t> skewed_choices(int T, int E, uint32_t seed, int k = 4) {
   std::mt19937 rng(seed);
   std::vector<int32_t> idx;
   for (int t = 0; t < T; ++t) {
@@ -50,7 +50,7 @@ std::vector<int32_t> skewed_choices(int T, int E, uint32_t seed) {
     std::iota(e.begin(), e.end(), 1);
     std::shuffle(e.begin(), e.end(), rng);
     idx.push_back(0);
-    for (int j = 0; j < 3; ++j) idx.push_back(e[j]);
+    for (int j = 0; j < k - 1; ++j) idx.push_back(e[j]);
   }
   return idx;
 }
@@ -60,11 +60,10 @@ INSTANTIATE_TEST_SUITE_P(Awkward, MoeMxfp4,
                          ::testing::Values(std::tuple{1, false}, std::tuple{3, false}, std::tuple{129, false},
                                            std::tuple{3, true}, std::tuple{129, true}, std::tuple{600, true}));
 
-TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
-  const auto [T, tiled] = GetParam();
-  const int E = 8, k = 4, N = 2880, K = 2880;
+void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
+  SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " K " + std::to_string(K));
   const HostExperts W(E, N, K, 70 + T);
-  const auto idx = skewed_choices(T, E, 71);
+  const auto idx = skewed_choices(T, E, 71, k);
   const auto x = randf(size_t(T) * K, 72, 2.0f);
   const int P = cuda::moe_rows_max(T, k, E), Kp = mxfp4_act_cols(K);
   Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
@@ -119,6 +118,20 @@ TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
       } else {
         EXPECT_TRUE(std::isnan(got[size_t(r) * N + 5]));
       }
+    }
+}
+
+TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
+  const auto [T, tiled] = GetParam();
+  GroupedGemmCase(T, tiled, 8, 4, 2880, 2880);
+}
+
+// The parity-b shapes (hidden 160, intermediate 64: K of 1.25 and 0.5 blocks), 6 experts, top-3.
+TEST(MoeMxfp4, SmallShapesEqualCpuTwin) {
+  for (int T : {5, 48})
+    for (bool tiled : {false, true}) {
+      GroupedGemmCase(T, tiled, 6, 3, 128, 160);
+      GroupedGemmCase(T, tiled, 6, 3, 160, 64);
     }
 }
 
