@@ -51,9 +51,11 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
-  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU, {} KV blocks of {} positions ({:.1f} GB)", load_s,
-           model.weight_bytes() / 1e9, model.kv_blocks(), GptOssCudaFp8::kBlockPositions,
-           model.kv_blocks() * model.kv_block_bytes() / 1e9);
+  const bool mxfp4 = model.options().experts == GptOssCudaFp8::ExpertWeights::Mxfp4;
+  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU (experts {}, dense fp8), {} KV blocks of {} positions "
+           "({:.1f} GB)",
+           load_s, model.weight_bytes() / 1e9, mxfp4 ? "mxfp4" : "fp8", model.kv_blocks(),
+           GptOssCudaFp8::kBlockPositions, model.kv_blocks() * model.kv_block_bytes() / 1e9);
   const double usd_per_s = a.usd_per_gpu_hour / 3600.0;
   std::mt19937_64 rng(a.seed);
   auto random_tokens = [&](int n) {
@@ -63,6 +65,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   };
   nlohmann::json out = {{"model", a.model},
                         {"weights_gb", model.weight_bytes() / 1e9},
+                        {"experts", mxfp4 ? "mxfp4" : "fp8"},
+                        {"kv_blocks", model.kv_blocks()},
                         {"load_seconds", load_s},
                         {"copy_bandwidth_gbs", bw / 1e9},
                         {"fp8_tflops_ceiling", a.fp8_tflops},
@@ -111,7 +115,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
         auto t = clock_type::now();
         for (int s = 0; s < a.steps; ++s) next = step_tokens(next);
         const double step = seconds_since(t) / a.steps;
-        const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2);
+        const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2,
+                                                                  mxfp4);
         const double usd = usd_per_s / tps * 1e6;
         row.update({{"step_seconds", step}, {"tokens_per_s", tps}, {"bytes_per_step", bytes},
                     {"gb_per_s", bytes / step / 1e9}, {"fraction_of_bandwidth", bytes / step / bw},

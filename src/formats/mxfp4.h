@@ -59,17 +59,19 @@ constexpr int mxfp4_act_column(int p) {
   return 128 * (p / 128) + 32 * c + 8 * (w / 4) + w % 4 + 4 * h;
 }
 
-// One expert's E8M0 scales [N][K/32] (the checkpoint's) re-laid out for the MXFP4 GEMMs as
-// [KB][N][4] (KB = round128(K) / 128): the four group scales of each 128-column block of a row as
-// one 32-bit word, 127 (2^0) for the groups past K.
-inline void mxfp4_relayout_scales(const uint8_t* src, int N, int K, uint8_t* dst) {
-  const int G = K / kMxfp4Group, KB = mxfp4_act_cols(K) / kMxfp4ActBlock;
-  for (int kb = 0; kb < KB; ++kb)
-    for (int n = 0; n < N; ++n)
-      for (int c = 0; c < 4; ++c) {
-        const int grp = 4 * kb + c;
-        dst[(size_t(kb) * N + n) * 4 + c] = grp < G ? src[size_t(n) * G + grp] : uint8_t(127);
-      }
+// One expert's weights re-laid out for the MXFP4 GEMMs' streaming loads: tiles [N/16][KB][1088 B]
+// (KB = round128(K) / 128), tile (t, kb) holding rows 16t .. 16t + 15 over columns 128 kb ..
+// 128 kb + 127: each row's four 16-byte groups of E2M1 codes at r * 64 (zero past K), then the
+// sixteen rows' four E8M0 scales at 1024 + 4 r (127, 2^0, past K). A decode warp streams one tile
+// per step as one contiguous kilobyte (64-byte pieces of 16 rows, the checkpoint's own layout,
+// left HBM at a quarter of its bandwidth). The codes and scales are the checkpoint's, moved.
+constexpr int kMxfp4TileRows = 16, kMxfp4TileBytes = 16 * 64 + 16 * 4;
+constexpr size_t mxfp4_tiles_bytes(int N, int K) {
+  return size_t(N / kMxfp4TileRows) * (mxfp4_act_cols(K) / kMxfp4ActBlock) * kMxfp4TileBytes;
 }
+// blocks [N][K/32][16], scales [N][K/32] -> tiles (N % 16 == 0, K % 32 == 0).
+void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles);
+// The same for `experts` matrices one after another (OpenMP over experts).
+void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int experts, int N, int K, uint8_t* tiles);
 
 }  // namespace osprey

@@ -3,17 +3,25 @@
 #include <algorithm>
 #include <cmath>
 
+#include "formats/mxfp4.h"
+
 namespace osprey {
 
 double fp8_matrix_bytes(double rows, double cols) {
   return rows * cols + 4.0 * std::ceil(rows / 128) * std::ceil(cols / 128);
 }
 
-double decode_step_bytes(const GptOssConfig& c, int b, int ctx) {
+double mxfp4_matrix_bytes(double rows, double cols) {
+  return std::ceil(rows / kMxfp4TileRows) * std::ceil(cols / kMxfp4ActBlock) * kMxfp4TileBytes;
+}
+
+double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts) {
   const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts,
                k = c.experts_per_token;
   const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q) + 4.0 * E * H;
-  const double expert = fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I) + 2.0 * (3 * I);  // + bf16 biases
+  const double expert = (mxfp4_experts ? mxfp4_matrix_bytes(2 * I, H) + mxfp4_matrix_bytes(H, I)
+                                       : fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I)) +
+                        2.0 * (2 * I + H);  // + bf16 biases
   const double touched = E * (1.0 - std::pow(1.0 - k / E, b));
   double kv_positions = 0;  // per sequence, over the layers
   for (bool sliding : c.layer_is_sliding) kv_positions += sliding ? std::min(ctx, c.sliding_window) : ctx;

@@ -9,10 +9,15 @@ namespace osprey {
 // Bytes of FP8 weights (+ their float scales) in a [rows][cols] matrix.
 double fp8_matrix_bytes(double rows, double cols);
 
+// Bytes of an MXFP4 [rows][cols] matrix as the GPU keeps it (formats/mxfp4.h tiles: 4.25 bits a
+// weight, the last 128-column block padded).
+double mxfp4_matrix_bytes(double rows, double cols);
+
 // Bytes a decode step of `b` sequences at context `ctx` must read: every layer's dense weights,
-// the experts the batch touches (the expected number of distinct experts under uniform routing),
-// the unembedding, and each sequence's keys and values (sliding layers: their window).
-double decode_step_bytes(const GptOssConfig& c, int b, int ctx);
+// the experts the batch touches (the expected number of distinct experts under uniform routing;
+// FP8 128x128, or MXFP4 with mxfp4_experts), the unembedding, and each sequence's keys and values
+// (sliding layers: their window).
+double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts = false);
 
 // FLOPs of a prefill of n tokens that ends with one token's logits: 2 per active weight per token
 // in every layer (attention projections, router, the top-k experts), the unembedding of the last

@@ -47,14 +47,12 @@ struct Fp8Weight {
   }
 };
 
-// One layer's MXFP4 experts on the device: the checkpoint's E2M1 codes as stored, the scales
-// re-laid out for the kernels (formats/mxfp4.h).
+// One layer's MXFP4 experts on the device: the checkpoint's E2M1 codes and E8M0 scales, moved
+// into the kernels' 16-row tiles (formats/mxfp4.h).
 struct Mxfp4Weight {
-  DeviceArray<uint8_t> blocks, scales;
+  DeviceArray<uint8_t> tiles;
   int experts = 0, rows = 0, cols = 0;
-  cuda::Mxfp4ExpertsView view(const cuda::bf16* bias) const {
-    return {blocks.ptr, scales.ptr, bias, experts, rows, cols};
-  }
+  cuda::Mxfp4ExpertsView view(const cuda::bf16* bias) const { return {tiles.ptr, bias, experts, rows, cols}; }
 };
 
 struct Layer {
@@ -190,18 +188,15 @@ struct GptOssCudaFp8::Impl {
     weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
   }
 
-  void upload_mxfp4(Mxfp4Weight& dst, const Mxfp4Experts& src) {
-    if (src.cols % kMxfp4Group || src.rows % 16)
+  void upload_mxfp4(Mxfp4Weight& dst, const Mxfp4Experts& src, std::vector<uint8_t>& staging) {
+    if (src.cols % kMxfp4Group || src.rows % kMxfp4TileRows)
       fail_plain("the MXFP4 expert path needs expert matrices whose rows are a multiple of 16 and columns of 32");
     dst.experts = src.experts, dst.rows = src.rows, dst.cols = src.cols;
-    const size_t nb = size_t(src.experts) * src.rows * src.cols / 2;
-    const size_t per = size_t(mxfp4_act_cols(src.cols) / kMxfp4ActBlock) * src.rows * 4;
-    dst.blocks = DeviceArray<uint8_t>(nb);
-    OSPREY_CUDA_CHECK(cudaMemcpy(dst.blocks.ptr, src.blocks, nb, cudaMemcpyHostToDevice));
-    std::vector<uint8_t> relaid(per * src.experts);
-    for (int e = 0; e < src.experts; ++e) mxfp4_relayout_scales(src.expert_scales(e), src.rows, src.cols, &relaid[e * per]);
-    dst.scales = upload(relaid.data(), relaid.size());
-    weight_bytes += double(nb) + double(relaid.size());
+    const size_t n = mxfp4_tiles_bytes(src.rows, src.cols) * src.experts;
+    staging.resize(n);
+    mxfp4_relayout_experts(src.blocks, src.scales, src.experts, src.rows, src.cols, staging.data());
+    dst.tiles = upload(staging.data(), n);
+    weight_bytes += double(n);
   }
 
   Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
@@ -220,6 +215,7 @@ struct GptOssCudaFp8::Impl {
                       cfg.num_layers + 1);
     DeviceArray<cuda::bf16> staging;
     DeviceArray<uint8_t> blocks, scales;
+    std::vector<uint8_t> tiles_staging;
     embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
     final_norm = upload_bf16(w.final_norm, H);
     if (w.fp8) upload_fp8(unembed, w.fp8->unembed);
@@ -258,8 +254,8 @@ struct GptOssCudaFp8::Impl {
         }
         convert_dense(d.o, L.o, staging);
         if (mxfp4) {
-          upload_mxfp4(d.mx1, L.mlp1);
-          upload_mxfp4(d.mx2, L.mlp2);
+          upload_mxfp4(d.mx1, L.mlp1, tiles_staging);
+          upload_mxfp4(d.mx2, L.mlp2, tiles_staging);
         } else {
           convert_experts(d.mlp1, L.mlp1, blocks, scales);
           convert_experts(d.mlp2, L.mlp2, blocks, scales);

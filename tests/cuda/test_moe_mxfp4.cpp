@@ -20,7 +20,7 @@ namespace {
 // [lo, hi] (above 128 the decode multiplies twice; below 127 the subnormal code stays exact).
 struct HostExperts {
   int E, N, K;
-  std::vector<uint8_t> blocks, scales, relaid;  // [E][N][K/2], [E][N][K/32], [E][KB][N][4]
+  std::vector<uint8_t> blocks, scales, relaid;  // [E][N][K/2], [E][N][K/32], the kernels' tiles
   std::vector<bf16> bias;                       // [E][N]
   HostExperts(int e, int n, int k, uint32_t seed, int lo = 118, int hi = 131) : E(e), N(n), K(k) {
     std::mt19937 rng(seed);
@@ -28,9 +28,8 @@ struct HostExperts {
     scales.resize(size_t(E) * N * K / 32);
     for (auto& b : blocks) b = uint8_t(rng());
     for (auto& s : scales) s = uint8_t(lo + int(rng() % unsigned(hi - lo + 1)));
-    const size_t per = size_t(mxfp4_act_cols(K) / kMxfp4ActBlock) * N * 4;
-    relaid.resize(E * per);
-    for (int x = 0; x < E; ++x) mxfp4_relayout_scales(&scales[size_t(x) * N * K / 32], N, K, &relaid[x * per]);
+    relaid.resize(mxfp4_tiles_bytes(N, K) * E);
+    mxfp4_relayout_experts(blocks.data(), scales.data(), E, N, K, relaid.data());
     bias = randbf(size_t(E) * N, seed + 1);
   }
 };
@@ -68,12 +67,12 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   const int P = cuda::moe_rows_max(T, k, E), Kp = mxfp4_act_cols(K);
   Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
   cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
-  Dev<uint8_t> blocks(W.blocks), scales(W.relaid);
+  Dev<uint8_t> tiles(W.relaid);
   Dev<bf16> bias(W.bias);
   Dev<float> dx(x), y(size_t(P) * N);
   Dev<bf16> xb(size_t(T) * Kp);
   cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
-  const cuda::Mxfp4ExpertsView view{blocks.p, scales.p, as_dev_bf16(bias), E, N, K};
+  const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K};
   cuda::ExpertRows rows;
   rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
   rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P;
@@ -142,9 +141,9 @@ TEST(MoeMxfp4, DecodeIsExactForEveryCodeAndScale) {
   for (auto [lo, hi] : {std::pair{3, 40}, std::pair{100, 140}, std::pair{200, 250}}) {
     HostExperts W(E, N, K, 90 + lo, lo, hi);
     std::fill(W.bias.begin(), W.bias.end(), f32_to_bf16(0.0f));
-    Dev<uint8_t> blocks(W.blocks), scales(W.relaid);
+    Dev<uint8_t> tiles(W.relaid);
     Dev<bf16> bias(W.bias);
-    const cuda::Mxfp4ExpertsView view{blocks.p, scales.p, as_dev_bf16(bias), E, N, K};
+    const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K};
     std::vector<int32_t> seg = {0, 1}, act = {0};
     Dev<int32_t> dseg(seg), dact(act);
     for (int col : {0, 5, 37, 100, 131, 255}) {

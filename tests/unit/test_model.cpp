@@ -361,7 +361,7 @@ TEST(Mxfp4Emulation, DenseAsFp8ExpertsExactWithBf16Inputs) {
   EXPECT_EQ(run(CpuPrecision::Mxfp4), mx);
 }
 
-TEST(Mxfp4Layout, PositionsArePermutationsAndScalesRelaid) {
+TEST(Mxfp4Layout, PositionsArePermutationsAndWeightTiles) {
   for (int K : {32, 64, 2880})
     for (int k = 0; k < mxfp4_act_cols(K); ++k) {
       ASSERT_EQ(mxfp4_act_column(mxfp4_act_position(k)), k);
@@ -373,15 +373,20 @@ TEST(Mxfp4Layout, PositionsArePermutationsAndScalesRelaid) {
   EXPECT_EQ(mxfp4_act_column(1), 4);
   EXPECT_EQ(mxfp4_act_column(2), 1);
   EXPECT_EQ(mxfp4_act_column(8), 32);
-  const int N = 3, K = 160;  // 5 groups: the second block has one group, three of padding
-  std::vector<uint8_t> src(N * K / 32), dst(2 * N * 4);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(100 + i);
-  mxfp4_relayout_scales(src.data(), N, K, dst.data());
-  for (int n = 0; n < N; ++n) {
-    for (int c = 0; c < 4; ++c) EXPECT_EQ(dst[n * 4 + c], src[n * 5 + c]);
-    EXPECT_EQ(dst[(N + n) * 4], src[n * 5 + 4]);
-    for (int c = 1; c < 4; ++c) EXPECT_EQ(dst[(N + n) * 4 + c], 127);
-  }
+  const int N = 32, K = 160;  // 5 groups: the second block has one group, three of padding
+  std::vector<uint8_t> blocks(N * K / 2), scales(N * K / 32), tiles(mxfp4_tiles_bytes(N, K));
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 7 + 3);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(100 + i);
+  ASSERT_EQ(tiles.size(), size_t(2 * 2 * kMxfp4TileBytes));
+  mxfp4_relayout_tiles(blocks.data(), scales.data(), N, K, tiles.data());
+  for (int n = 0; n < N; ++n)
+    for (int g = 0; g < 8; ++g) {  // groups 5..7 are padding
+      const uint8_t* tile = &tiles[(size_t(n / 16) * 2 + g / 4) * kMxfp4TileBytes];
+      const int r = n % 16, c = g % 4;
+      for (int b = 0; b < 16; ++b)
+        ASSERT_EQ(tile[r * 64 + c * 16 + b], g < 5 ? blocks[size_t(n) * 80 + g * 16 + b] : 0) << n << " " << g;
+      ASSERT_EQ(tile[1024 + r * 4 + c], g < 5 ? scales[size_t(n) * 5 + g] : 127);
+    }
 }
 
 // --weights is the GPU's: refused on the CPU, with the CUDA reference paths, and for bf16 (not

@@ -81,7 +81,7 @@ __device__ inline int live_count(const int32_t* row_live, int s0, int s1) {
 // 8 rows a pass: two blocks an SM keep 80 KB in flight; four with 16); the pass's activation rows
 // are staged once per block. blockIdx.y: the active expert.
 __host__ __device__ constexpr int decode_stages(int NT) { return NT == 1 ? 6 : 4; }
-constexpr int kStageBytes = 512 + 512 + 64;  // codes of rows g and g + 8 (16 B a lane), 16 rows' scale words
+constexpr int kStageBytes = kMxfp4TileBytes;  // one weight tile: rows g and g + 8 at 16 lane and 512 + 16 lane, scales at 1024
 
 __host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
 __host__ __device__ inline size_t skinny_smem(int NT, int K) {
@@ -107,20 +107,17 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
   const int n0 = (blockIdx.x * tiles_per_block + tile) * 16;
   const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
   const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
-  const size_t row_bytes = size_t(K) / 2;
-  const uint8_t* We = W.blocks + size_t(e) * N * row_bytes;
-  const uint8_t* wlo = We + size_t(ok_lo ? n0 + g : 0) * row_bytes + c * 16;
-  const uint8_t* whi = We + size_t(ok_hi ? n0 + g + 8 : 0) * row_bytes + c * 16;
-  const uint8_t* Se = W.scales + size_t(e) * KB * N * 4;
+  // This warp's tiles, one per K block: one contiguous kilobyte each, copied as they lie.
+  const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
   uint8_t* stage = smem;
   uint8_t* ring = smem + size_t(R) * xs + size_t(warp) * kStages * kStageBytes;
   auto issue = [&](int kb) {  // block kb into its slot; always one commit group
     if (live && kb < kb1) {
       uint8_t* d = ring + ((kb - kb0) % kStages) * kStageBytes;
-      const bool in = kb * kBlk + c * 32 < K;  // this lane's group exists
-      cp_async16(d + lane * 16, wlo + size_t(kb) * 64, ok_lo && in);
-      cp_async16(d + 512 + lane * 16, whi + size_t(kb) * 64, ok_hi && in);
-      if (lane < 4) cp_async16(d + 1024 + lane * 16, Se + (size_t(kb) * N + n0 + 4 * lane) * 4, n0 + 4 * lane < N);
+      const uint8_t* src = Wt + size_t(kb) * kMxfp4TileBytes;
+      cp_async16(d + lane * 16, src + lane * 16, true);
+      cp_async16(d + 512 + lane * 16, src + 512 + lane * 16, true);
+      if (lane < 4) cp_async16(d + 1024 + lane * 16, src + 1024 + lane * 16, true);
     }
     cp_async_commit();
   };
@@ -204,8 +201,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
 // later split's sum added to the output in order), so a row's result is the same on both paths.
 constexpr int kTM = 128, kTN = 128, kTStages = 3;
 constexpr int kAStride = kBlk * 2 + 64;  // bytes of a staged activation row (16-byte loads conflict-free)
-constexpr int kAStage = kTM * kAStride, kBStage = kTN * 64, kSStage = kTN * 4;
-constexpr int kTStageBytes = kAStage + kBStage + kSStage;
+constexpr int kAStage = kTM * kAStride, kBStage = kTN / 16 * kMxfp4TileBytes;  // B: 8 weight tiles
+constexpr int kTStageBytes = kAStage + kBStage;
 
 __global__ void __launch_bounds__(kWarps * 32, 1)
     mxfp4_tiled_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
@@ -240,12 +237,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int e = found[0];
   const int m0 = __ldcg(rows.seg + e) + (t_global - tile_start[e]) * kTM, m_end = __ldcg(rows.seg + e + 1);
   const int nb = int(blockIdx.y) * kTN;
-  const size_t row_bytes = size_t(K) / 2;
-  const uint8_t* We = W.blocks + size_t(e) * N * row_bytes;
-  const uint8_t* Se = W.scales + size_t(e) * KB * N * 4;
+  const uint8_t* We = W.tiles + mxfp4_tiles_bytes(N, K) * e;
 
   // This thread's copy work per stage: 8 activation pieces (rows tid/16 + 16 i, piece tid % 16),
-  // 2 weight pieces (rows tid/4 + 64 i, group tid % 4), one scale piece (threads < 32).
+  // and pieces tid, tid + 256, .. of the 8 weight tiles (68 pieces each).
   const bf16* a_src[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -261,15 +256,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         cp_async16(st + (tid / 16 + 16 * i) * kAStride + (tid % 16) * 16, a_src[i] ? a_src[i] + kb * kBlk : x,
                    a_src[i] != nullptr);
       uint8_t* bs = st + kAStage;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int n = nb + tid / 4 + 64 * i, grp = tid % 4;
-        const bool ok = n < N && kb * kBlk + grp * 32 < K;
-        cp_async16(bs + (tid / 4 + 64 * i) * 64 + grp * 16, ok ? We + size_t(n) * row_bytes + kb * 64 + grp * 16 : We, ok);
-      }
-      if (tid < 32) {
-        const int n = nb + tid * 4;
-        cp_async16(st + kAStage + kBStage + tid * 16, Se + (size_t(kb) * N + (n < N ? n : 0)) * 4, n < N);
+      constexpr int kPieces = kMxfp4TileBytes / 16;
+      for (int i = tid; i < kTN / 16 * kPieces; i += kWarps * 32) {
+        const int t = nb / 16 + i / kPieces;  // the weight tile
+        const bool ok = t < N / 16;
+        cp_async16(bs + i * 16, ok ? We + (size_t(t) * KB + kb) * kMxfp4TileBytes + (i % kPieces) * 16 : We, ok);
       }
     }
     cp_async_commit();
@@ -299,8 +290,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const int nl = wn * 32 + nt * 8 + g;
-      wv[nt] = *reinterpret_cast<const uint4*>(bs + nl * 64 + c * 16);
-      f[nt] = e8m0_factors(st[kAStage + kBStage + nl * 4 + c]);
+      const uint8_t* tile = bs + (nl / 16) * kMxfp4TileBytes;
+      wv[nt] = *reinterpret_cast<const uint4*>(tile + (nl % 16) * 64 + c * 16);
+      f[nt] = e8m0_factors(tile[1024 + (nl % 16) * 4 + c]);
       big |= f[nt].big;
     }
     const bool any_big = __any_sync(0xffffffffu, big);

@@ -14,12 +14,11 @@
 
 namespace osprey::cuda {
 
-// One layer's experts as the kernels read them: E2M1 codes blocks [E][N][K/2] exactly as stored
-// (byte b of a row: column 2b in the low nibble, 2b + 1 in the high one), the E8M0 scales re-laid
-// out as formats/mxfp4.h mxfp4_relayout_scales writes them ([E][KB][N][4]), bias [E][N] (or null).
+// One layer's experts as the kernels read them: the checkpoint's E2M1 codes and E8M0 scales
+// re-laid out in 16-row tiles (formats/mxfp4.h mxfp4_relayout_experts: [E][N/16][KB][1088 B]),
+// bias [E][N] (or null).
 struct Mxfp4ExpertsView {
-  const uint8_t* blocks = nullptr;
-  const uint8_t* scales = nullptr;
+  const uint8_t* tiles = nullptr;
   const bf16* bias = nullptr;
   int experts = 0, N = 0, K = 0;  // N % 16 == 0, K % 32 == 0
 };
