@@ -1,4 +1,5 @@
 #include "cli/speculative_arg.h"
+#include "cli/weights_arg.h"
 
 #include <fmt/format.h>
 
@@ -75,7 +76,7 @@ void SpeculativeArg::apply(EngineConfig& ec, const GptOssConfig& target, const s
     auto m = std::make_unique<GptOssCudaFp8>(
         *w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len,
                                    .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = blocks,
-                                   .experts = w->fp8 ? GptOssCudaFp8::ExpertWeights::Fp8 : GptOssCudaFp8::ExpertWeights::Mxfp4});
+                                   .experts = WeightsArg{}.experts(*w, backend)});
     auto r = std::make_unique<CudaModelRunner>(*m);
     runner = std::make_unique<OwningRunner<GptOssCudaFp8, CudaModelRunner>>(std::move(w), std::move(m), std::move(r));
     L.block_size = GptOssCudaFp8::kBlockPositions;

@@ -5,19 +5,27 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "model/gpt_oss_cost.h"
 #include "model/gpt_oss_cuda_fp8.h"
 #include "model/gpt_oss_weights.h"
 
 namespace osprey::cli {
 
+// auto's choice: MXFP4 experts when FP8 weights would take more than half of the card (they would
+// leave the KV cache less room than the weights: the 120b on an H200 keeps 12.8 GB of KV with FP8
+// experts, 67 GB with MXFP4), else FP8 (faster on the H200 today: docs/PERF.md).
+inline bool auto_picks_mxfp4(double fp8_weight_bytes, double card_bytes) { return fp8_weight_bytes > 0.5 * card_bytes; }
+
 struct WeightsArg {
-  std::string value;  // empty: mxfp4, or fp8 for a checkpoint `osprey convert` wrote
+  std::string value;  // empty: auto
   void add(CLI::App* cmd) {
     cmd->add_option("--weights", value,
-                    "cuda: the experts on the GPU: mxfp4 (the default: as the checkpoint ships them, 4.25 bits a "
-                    "weight, exact, BF16 activations) or fp8 (converted to FP8 128x128 blocks, FP8 activations); the "
-                    "dense layers are FP8 either way")
-        ->check(CLI::IsMember({"mxfp4", "fp8", "bf16"}));
+                    "cuda: the experts on the GPU: mxfp4 (as the checkpoint ships them, 4.25 bits a weight, exact, "
+                    "BF16 activations), fp8 (converted to FP8 128x128 blocks, FP8 activations), or auto (the "
+                    "default: mxfp4 where FP8 weights would take over half the card, as the 120b does, else fp8, "
+                    "faster today); the dense layers are FP8 either way")
+        ->check(CLI::IsMember({"auto", "mxfp4", "fp8", "bf16"}));
   }
   // Refuses --weights where the run has no engine path to apply it to (the CPU, the CUDA bf16 and
   // fp32 reference paths), and --precision mxfp4 on the GPU (the engine's path is fp8 there).
@@ -25,7 +33,7 @@ struct WeightsArg {
     if (backend == "cuda" && precision == "mxfp4")
       fail("--precision mxfp4 names the CPU emulation; on the GPU the engine's path is --precision fp8 (its experts "
            "as --weights says, mxfp4 by default)");
-    if (value.empty()) return;
+    if (value.empty() || value == "auto") return;
     if (backend != "cuda")
       fail("--weights {} chooses the GPU's expert format; with --backend {} use --precision (mxfp4 or fp8 emulate "
            "the GPU paths)",
@@ -37,7 +45,7 @@ struct WeightsArg {
   }
   // The choice for this checkpoint on `backend`; refuses what cannot run.
   GptOssCudaFp8::ExpertWeights experts(const GptOssWeights& w, const std::string& backend) const {
-    if (!value.empty() && backend != "cuda")
+    if (!value.empty() && value != "auto" && backend != "cuda")
       fail("--weights {} chooses the GPU's expert format; with --backend {} use --precision (mxfp4 or fp8 emulate the "
            "GPU paths)",
            value, backend);
@@ -45,8 +53,13 @@ struct WeightsArg {
       fail("--weights bf16 is not built: BF16 experts take 3.8x the bytes of MXFP4 and hold the same values; use "
            "mxfp4 (exact) or fp8");
     if (value == "fp8") return GptOssCudaFp8::ExpertWeights::Fp8;
-    if (value.empty() && w.fp8) return GptOssCudaFp8::ExpertWeights::Fp8;  // a converted checkpoint has no MXFP4
-    return GptOssCudaFp8::ExpertWeights::Mxfp4;
+    if (value == "mxfp4") return GptOssCudaFp8::ExpertWeights::Mxfp4;
+    if (w.fp8) return GptOssCudaFp8::ExpertWeights::Fp8;  // auto: a converted checkpoint has no MXFP4
+    const double fp8 = fp8_weight_bytes(w.config), card = GptOssCudaFp8::device_memory_bytes();
+    const bool mx = auto_picks_mxfp4(fp8, card);
+    log_info("--weights auto: experts {} (FP8 weights would take {:.1f} of the card's {:.1f} GB)", mx ? "mxfp4" : "fp8",
+             fp8 / 1e9, card / 1e9);
+    return mx ? GptOssCudaFp8::ExpertWeights::Mxfp4 : GptOssCudaFp8::ExpertWeights::Fp8;
   }
 };
 

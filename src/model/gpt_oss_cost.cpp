@@ -15,6 +15,14 @@ double mxfp4_matrix_bytes(double rows, double cols) {
   return std::ceil(rows / kMxfp4TileRows) * std::ceil(cols / kMxfp4ActBlock) * kMxfp4TileBytes;
 }
 
+double fp8_weight_bytes(const GptOssConfig& c) {
+  const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts, V = c.vocab;
+  const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q);
+  const double experts = E * (fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I) + 2.0 * (2 * I + H));
+  const double small = 2.0 * (Q + 2 * KV + H + c.num_heads + 2 * H + E) + 4.0 * E * H;  // biases, norms, sinks, router
+  return c.num_layers * (dense + experts + small) + fp8_matrix_bytes(V, H) + 2.0 * V * H + 2.0 * H;
+}
+
 double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts) {
   const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts,
                k = c.experts_per_token;

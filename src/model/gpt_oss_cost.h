@@ -13,6 +13,10 @@ double fp8_matrix_bytes(double rows, double cols);
 // weight, the last 128-column block padded).
 double mxfp4_matrix_bytes(double rows, double cols);
 
+// Bytes of the weights the GPU path holds with FP8 experts (every GEMM weight FP8 128x128, the
+// embedding, norms, biases and router as stored): what `--weights fp8` puts on the card.
+double fp8_weight_bytes(const GptOssConfig& c);
+
 // Bytes a decode step of `b` sequences at context `ctx` must read: every layer's dense weights,
 // the experts the batch touches (the expected number of distinct experts under uniform routing;
 // FP8 128x128, or MXFP4 with mxfp4_experts), the unembedding, and each sequence's keys and values

@@ -875,6 +875,12 @@ void GptOssCudaFp8::randomize_kv() { impl_->randomize_kv(); }
 void GptOssCudaFp8::synchronize() { OSPREY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 double GptOssCudaFp8::weight_bytes() const { return impl_->weight_bytes; }
 
+double GptOssCudaFp8::device_memory_bytes() {
+  size_t free_b = 0, total_b = 0;
+  OSPREY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return double(total_b);
+}
+
 double GptOssCudaFp8::measure_copy_bandwidth() {
   const size_t n = size_t(2) << 30;
   DeviceArray<uint8_t> a(n), b(n);

@@ -101,6 +101,7 @@ class GptOssCudaFp8 {
   double weight_bytes() const;  // bytes of weights on the device
   // Device-to-device copy bandwidth (bytes read + written per second), the decode ceiling.
   static double measure_copy_bandwidth();
+  static double device_memory_bytes();  // the current GPU's memory
 
  private:
   struct Impl;

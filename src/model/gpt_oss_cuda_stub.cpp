@@ -44,5 +44,6 @@ void GptOssCudaFp8::randomize_kv() {}
 void GptOssCudaFp8::synchronize() {}
 double GptOssCudaFp8::weight_bytes() const { return 0; }
 double GptOssCudaFp8::measure_copy_bandwidth() { fail("no CUDA backend"); }
+double GptOssCudaFp8::device_memory_bytes() { fail("no CUDA backend"); }
 
 }  // namespace osprey

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "formats/mxfp4.h"
+#include "model/gpt_oss_cost.h"
+#include "cli/weights_arg.h"
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -387,6 +389,18 @@ TEST(Mxfp4Layout, PositionsArePermutationsAndWeightTiles) {
         ASSERT_EQ(tile[r * 64 + c * 16 + b], g < 5 ? blocks[size_t(n) * 80 + g * 16 + b] : 0) << n << " " << g;
       ASSERT_EQ(tile[1024 + r * 4 + c], g < 5 ? scales[size_t(n) * 5 + g] : 127);
     }
+}
+
+// --weights auto: the FP8 weight bytes it weighs against the card are what the GPU path holds
+// (measured on the H200: 21.52 GB for the 20b, 117.55 GB for the 120b), so it keeps FP8 for the
+// 20b and takes MXFP4 for the 120b on a 141 GB card.
+TEST(WeightsCli, AutoWeighsTheFp8BytesTheGpuHolds) {
+  const double g20 = fp8_weight_bytes(synth_preset("20b").config), g120 = fp8_weight_bytes(synth_preset("120b").config);
+  EXPECT_NEAR(g20 / 1e9, 21.52, 0.25);
+  EXPECT_NEAR(g120 / 1e9, 117.55, 1.2);
+  const double h200 = 150.1e9;  // cudaMemGetInfo's total on the H200
+  EXPECT_FALSE(cli::auto_picks_mxfp4(g20, h200));
+  EXPECT_TRUE(cli::auto_picks_mxfp4(g120, h200));
 }
 
 // --weights is the GPU's: refused on the CPU, with the CUDA reference paths, and for bf16 (not
