@@ -77,10 +77,10 @@ __device__ inline int live_count(const int32_t* row_live, int s0, int s1) {
 // ---------------------------------------------------------------------------------------------
 // Decode: 16 weight rows per warp on the M side, up to 8 NT rows (tokens) per pass on the N side,
 // K split over ks warps of a block (partial sums added in a fixed order through shared memory).
-// Each warp streams its rows' codes and scales through a ring of stages with cp.async (six with
-// 8 rows a pass: two blocks an SM keep 80 KB in flight; four with 16); the pass's activation rows
-// are staged once per block. blockIdx.y: the active expert.
-__host__ __device__ constexpr int decode_stages(int NT) { return NT == 1 ? 6 : 4; }
+// Each warp streams its rows' codes and scales through a ring of four stages with cp.async (a
+// power of two: the slot is a mask, not a division); the pass's activation rows are staged once
+// per block. blockIdx.y: the active expert.
+__host__ __device__ constexpr int decode_stages(int) { return 4; }
 constexpr int kStageBytes = kMxfp4TileBytes;  // one weight tile: rows g and g + 8 at 16 lane and 512 + 16 lane, scales at 1024
 
 __host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
@@ -111,13 +111,15 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
   const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
   uint8_t* stage = smem;
   uint8_t* ring = smem + size_t(R) * xs + size_t(warp) * kStages * kStageBytes;
+  const unsigned ring_s = unsigned(__cvta_generic_to_shared(ring)) + lane * 16;
+  const uint8_t* wl = Wt + lane * 16;
   auto issue = [&](int kb) {  // block kb into its slot; always one commit group
     if (live && kb < kb1) {
-      uint8_t* d = ring + ((kb - kb0) % kStages) * kStageBytes;
-      const uint8_t* src = Wt + size_t(kb) * kMxfp4TileBytes;
-      cp_async16(d + lane * 16, src + lane * 16, true);
-      cp_async16(d + 512 + lane * 16, src + 512 + lane * 16, true);
-      if (lane < 4) cp_async16(d + 1024 + lane * 16, src + 1024 + lane * 16, true);
+      const unsigned d = ring_s + ((kb - kb0) & (kStages - 1)) * kStageBytes;
+      const uint8_t* src = wl + size_t(kb) * kMxfp4TileBytes;
+      cp_async16_shared(d, src);
+      cp_async16_shared(d + 512, src + 512);
+      if (lane < 4) cp_async16_shared(d + 1024, src + 1024);
     }
     cp_async_commit();
   };
@@ -139,12 +141,13 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = b_lo, acc[t][2] = acc[t][3] = b_hi;
     if (live)
+#pragma unroll 2
       for (int kb = kb0; kb < kb1; ++kb) {
         __syncwarp();  // every lane is done with the slot the next issue overwrites
         issue(kb + kStages - 1);
         cp_async_wait<kStages - 1>();
         __syncwarp();  // lanes 0-3's scale words are visible to the warp
-        const uint8_t* src = ring + ((kb - kb0) % kStages) * kStageBytes;
+        const uint8_t* src = ring + ((kb - kb0) & (kStages - 1)) * kStageBytes;
         const uint4 lo = *reinterpret_cast<const uint4*>(src + lane * 16);
         const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
         const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
@@ -412,7 +415,9 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y, ks);
     return;
   }
-  const int NT = rows.rows_per_expert > 8 ? 2 : 1;
+  // 8 rows a pass up to 16 rows an expert (two blocks an SM; a second pass finds the block's
+  // weights in L2), 16 beyond.
+  const int NT = rows.rows_per_expert > 16 ? 2 : 1;
   const size_t smem = skinny_smem(NT, W.K);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
