@@ -1,7 +1,11 @@
-// The FP8 path's kernels: 128x128 block quantization of weights (the converter at load), 1x128
-// quantization of activations, the skinny FP8 GEMM (tensor-core mma.sync e4m3, used for decode
-// steps and every GEMM with few rows, dense or grouped by expert), MoE routing/sorting and the
-// combine. Formats and the CPU twins are in formats/fp8.h and kernels/cpu/ops.h.
+// The FP8 path's kernels, by file: quantize.cu (128x128 block quantization of weights at load,
+// bit-identical to formats/fp8.h; 1x128 quantization of activations; RMSNorm fused with it),
+// moe_route.cu (the MoE's norm, router, top-k softmax and sort by expert, one kernel),
+// gemm_fp8.cu (the skinny FP8 GEMM on the tensor cores, mma.sync e4m3, for decode steps and every
+// GEMM with few rows, dense or grouped by expert; beside cuBLASLt's block-scaled GEMM,
+// gemm_fp8.cuh), moe_combine.cu (the experts' SwiGLU quantized for the second GEMM, the combine).
+// The MXFP4 experts' GEMMs are moe_gemm_mxfp4.cuh's. Formats and the CPU twins are in
+// formats/fp8.h and kernels/cpu/ops.h.
 #pragma once
 #include "kernels/cuda/ops.cuh"
 

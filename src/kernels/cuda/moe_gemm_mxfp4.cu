@@ -8,6 +8,7 @@
 #include "formats/mxfp4.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/fp8_rows.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 
@@ -64,16 +65,6 @@ __device__ inline void decode_group(const uint4& v, const E8m0Factors& f, bool a
     for (int w = 0; w < 16; ++w) out[w] = mul_bf16x2(out[w], f.b);
 }
 
-// Rows r in [s0, s1) with row_live[r] >= 0 (block-wide, uniform).
-__device__ inline int live_count(const int32_t* row_live, int s0, int s1) {
-  int live = 0;
-  for (int r0 = s0; r0 < s1; r0 += blockDim.x) {
-    const int r = r0 + int(threadIdx.x);
-    live += __syncthreads_count(r < s1 && __ldcg(row_live + r) >= 0);
-  }
-  return live;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Decode: 16 weight rows per warp on the M side, up to 8 NT rows (tokens) per pass on the N side,
 // K split over ks warps of a block (partial sums added in a fixed order through shared memory).
@@ -102,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
   const int e = rows.active ? __ldcg(rows.active + blockIdx.y) : int(blockIdx.y);
   if (e < 0) return;  // uniform over the block
   const int s0 = __ldcg(rows.seg + e), s_end = __ldcg(rows.seg + e + 1);
-  const int s1 = rows.row_live ? s0 + live_count(rows.row_live, s0, s_end) : s_end;
+  const int s1 = rows.row_live ? s0 + live_rows(rows.row_live, s0, s_end) : s_end;
   if (s1 <= s0) return;
   const int n0 = (blockIdx.x * tiles_per_block + tile) * 16;
   const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);

@@ -1,0 +1,131 @@
+// Device helpers shared by the FP8 path's kernel files (quantize.cu, moe_route.cu, moe_combine.cu,
+// gemm_fp8.cu) and the MXFP4 expert GEMMs: the activation segment layout's index arithmetic, the per-token row kernels' norm
+// and quantization, the experts' SwiGLU of 4 columns a lane. Internal to kernels/cuda.
+#pragma once
+#include <string>
+
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/fp8.cuh"
+
+namespace osprey::cuda {
+
+constexpr int kB = 128;
+inline void check_launch() { OSPREY_CUDA_CHECK(cudaGetLastError()); }
+__host__ __device__ inline int round4(int n) { return (n + 3) / 4 * 4; }
+
+// The segment e with seg[e] <= r < seg[e + 1].
+__device__ inline int segment_of(const ActSegments& sg, int r) {
+  int lo = 0, hi = sg.n;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (sg.seg[mid] <= r) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Lane's 4 values of 128-block kb of the clamped SwiGLU of one row t [2I] (gate, up interleaved;
+// the first GEMM's output, read through L2: under PDL it was written by the kernel before), with
+// the expert's bias b [2I] added first when given; 0 past I.
+__device__ inline void swiglu_block4(const float* t, int kb, int I, float alpha, float limit, float (&v)[4],
+                                     const bf16* b = nullptr) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = kb * kB + lane * 4 + i;
+    v[i] = 0.0f;
+    if (c < I) {
+      float gt = __ldcg(t + 2 * c), up = __ldcg(t + 2 * c + 1);
+      if (b) gt += __bfloat162float(b[2 * c]), up += __bfloat162float(b[2 * c + 1]);
+      v[i] = swiglu_clamped(gt, up, alpha, limit);
+    }
+  }
+}
+
+// Scale offset of (row r, block kb) in a segment layout.
+__device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
+  if (!sg.seg) return size_t(kb) * sg.ld + r;
+  const int lo = segment_of(sg, r);
+  const int s0 = sg.seg[lo], len = sg.seg[lo + 1] - s0;
+  return size_t(KB) * s0 + size_t(kb) * len + (r - s0);
+}
+
+// Per-token row kernels: thread i of a block holds values i, i + THREADS, .. of a row in
+// registers (rows of up to kRowMax values), so a row is read in one wave of loads and reduced once.
+constexpr int kRowThreads = 1024, kRowMax = 4096, kRouteThreads = 256, kExpertsPerRouteBlock = kRouteThreads / 32;
+constexpr int kMaxTopK = 8;  // experts per token the combine stages
+
+// RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
+// past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
+// codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
+// fp32 normalized row. Ends synchronized, row[] readable by the whole block.
+template <int THREADS>
+__device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS], const bf16* gain, int H, float eps,
+                                     float* row, uint8_t* q, float* s, int ld, int t, float* h_out) {
+  constexpr int PER = kRowMax / THREADS;
+  __shared__ float part[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float ss = 0;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) ss += v[j] * v[j];
+  ss = warp_sum(ss);
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (warp == 0) {
+    const float p = warp_sum(lane < THREADS / 32 ? part[lane] : 0.0f);
+    if (lane == 0) part[0] = p;
+  }
+  __syncthreads();
+  const float r = rsqrtf(part[0] / H + eps);
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    if (i < H) {
+      const float n = __bfloat162float(gain[i]) * (v[j] * r);
+      row[i] = n;
+      if (h_out) h_out[i] = n;
+    }
+  }
+  __syncthreads();
+  const int KB = (H + kB - 1) / kB;
+  for (int kb = warp; q && kb < KB; kb += THREADS / 32) {
+    float w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = kb * kB + lane * 4 + i;
+      w[i] = c < H ? row[c] : 0.0f;
+    }
+    const float sc = warp_quantize_block128(w, kb * kB, H, q);
+    if (lane == 0) s[size_t(kb) * ld + t] = sc;
+  }
+  __syncthreads();
+}
+
+template <int THREADS>
+__device__ inline void load_row(const float* xt, int H, float (&v)[kRowMax / THREADS]) {
+#pragma unroll
+  for (int j = 0; j < kRowMax / THREADS; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    v[j] = i < H ? xt[i] : 0.0f;
+  }
+}
+
+// Rows r in [s0, s1) with row_live[r] >= 0 (block-wide, uniform; padding rows are a suffix of
+// each expert's run, so these are the first ones).
+__device__ inline int live_rows(const int32_t* row_live, int s0, int s1) {
+  int live = 0;
+  for (int r0 = s0; r0 < s1; r0 += blockDim.x) {
+    const int r = r0 + int(threadIdx.x);
+    live += __syncthreads_count(r < s1 && __ldcg(row_live + r) >= 0);
+  }
+  return live;
+}
+
+// Rows of up to kRowMax values only (the row kernels hold a row in registers).
+inline void check_row(int H, const char* what) {
+  if (H > kRowMax)
+    fail_plain(std::string(what) + ": rows of more than " + std::to_string(kRowMax) +
+               " values are not supported (got " + std::to_string(H) + ")");
+}
+
+}  // namespace osprey::cuda
