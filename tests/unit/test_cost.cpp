@@ -61,5 +61,19 @@ TEST(CostModel, DecodeStepBytesGrowWithKeysAndTouchedExperts) {
   EXPECT_LT(b1, 5.0e9);
 }
 
+// MXFP4 experts as the GPU keeps them: 4.25 bits a weight in 16-row tiles whose last 128-column
+// block is padded (K = 2880: 23 blocks for 22.5), so a batch-1 step of the 20b reads the dense
+// weights as before and each touched expert in 1088 / 2048 of its FP8 bytes, roughly.
+TEST(CostModel, Mxfp4ExpertBytes) {
+  const GptOssConfig& c = synth_preset("20b").config;
+  EXPECT_DOUBLE_EQ(mxfp4_matrix_bytes(5760, 2880), 360.0 * 23 * 1088);
+  const double H = c.hidden, I = c.intermediate, k = c.experts_per_token;
+  const double fp8 = fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I);
+  const double mx = mxfp4_matrix_bytes(2 * I, H) + mxfp4_matrix_bytes(H, I);
+  EXPECT_NEAR(mx / fp8, 1088.0 / 2048 * 23 / 22.5, 0.01);
+  EXPECT_NEAR(decode_step_bytes(c, 1, 1) - decode_step_bytes(c, 1, 1, /*mxfp4_experts=*/true),
+              c.num_layers * k * (fp8 - mx), 1.0);
+}
+
 }  // namespace
 }  // namespace osprey
