@@ -47,7 +47,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
-                          .max_draft = max_draft, .experts = a.weights.experts(w, "cuda")});
+                          .max_draft = max_draft, .experts = a.weights.experts(w)});
   CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;

@@ -76,7 +76,7 @@ void SpeculativeArg::apply(EngineConfig& ec, const GptOssConfig& target, const s
     auto m = std::make_unique<GptOssCudaFp8>(
         *w, GptOssCudaFp8::Options{.slots = ec.max_batch, .max_context = ec.max_seq_len,
                                    .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = blocks,
-                                   .experts = WeightsArg{}.experts(*w, backend)});
+                                   .experts = WeightsArg{}.experts(*w)});
     auto r = std::make_unique<CudaModelRunner>(*m);
     runner = std::make_unique<OwningRunner<GptOssCudaFp8, CudaModelRunner>>(std::move(w), std::move(m), std::move(r));
     L.block_size = GptOssCudaFp8::kBlockPositions;

@@ -1,5 +1,5 @@
-// --weights mxfp4|fp8|bf16: how the experts' weights live on the GPU (the engine's CUDA path),
-// shared by serve, generate, logits and bench.
+// --weights auto|mxfp4|fp8|bf16: how the experts' weights live on the GPU (the engine's CUDA
+// path), shared by serve, generate, logits and bench.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
@@ -27,8 +27,9 @@ struct WeightsArg {
                     "faster today); the dense layers are FP8 either way")
         ->check(CLI::IsMember({"auto", "mxfp4", "fp8", "bf16"}));
   }
-  // Refuses --weights where the run has no engine path to apply it to (the CPU, the CUDA bf16 and
-  // fp32 reference paths), and --precision mxfp4 on the GPU (the engine's path is fp8 there).
+  // Refuses, before anything loads, --weights where the run has no engine path to apply it to (the
+  // CPU, the CUDA bf16 and fp32 reference paths) or a format that is not built, and --precision
+  // mxfp4 on the GPU (the engine's path is fp8 there).
   void check(const std::string& backend, const std::string& precision) const {
     if (backend == "cuda" && precision == "mxfp4")
       fail("--precision mxfp4 names the CPU emulation; on the GPU the engine's path is --precision fp8 (its experts "
@@ -42,16 +43,12 @@ struct WeightsArg {
       fail("--weights {} applies to the engine's path (--precision fp8); --precision {} runs the CUDA reference path, "
            "whose experts are BF16",
            value, precision);
-  }
-  // The choice for this checkpoint on `backend`; refuses what cannot run.
-  GptOssCudaFp8::ExpertWeights experts(const GptOssWeights& w, const std::string& backend) const {
-    if (!value.empty() && value != "auto" && backend != "cuda")
-      fail("--weights {} chooses the GPU's expert format; with --backend {} use --precision (mxfp4 or fp8 emulate the "
-           "GPU paths)",
-           value, backend);
     if (value == "bf16")
       fail("--weights bf16 is not built: BF16 experts take 3.8x the bytes of MXFP4 and hold the same values; use "
            "mxfp4 (exact) or fp8");
+  }
+  // The engine's choice for this checkpoint (check() has refused what cannot run).
+  GptOssCudaFp8::ExpertWeights experts(const GptOssWeights& w) const {
     if (value == "fp8") return GptOssCudaFp8::ExpertWeights::Fp8;
     if (value == "mxfp4") return GptOssCudaFp8::ExpertWeights::Mxfp4;
     if (w.fp8) return GptOssCudaFp8::ExpertWeights::Fp8;  // auto: a converted checkpoint has no MXFP4

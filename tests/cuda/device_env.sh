@@ -32,3 +32,14 @@ cuda_vs_cpu() {
     done; done
   done
 }
+
+# ncu_decode_step BATCH FIRST OUT [BENCH ARGS..]: ncu kernel times of one 20b decode step at 8k
+# context (after the graph's warm-up step), summed by kernel (tests/cuda/ncu_decode_summary.py,
+# FIRST launches of the first layer listed), into OUT.
+ncu_decode_step() {
+  local nb=$1 first=$2 out=$3; shift 3
+  OSPREY_PROFILE_DECODE=1 ncu --profile-from-start off --clock-control none \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+    $B bench --backend cuda --model $M/20b --prefill-lens 16 --contexts 8192 --batches $nb --steps 1 "$@" 2>/dev/null > /tmp/ncu_$nb.csv
+  python3 "$(dirname "${BASH_SOURCE[0]}")/ncu_decode_summary.py" /tmp/ncu_$nb.csv $first | tee $out
+}

@@ -421,6 +421,10 @@ TEST(WeightsCli, RefusedWhereItCannotApply) {
   EXPECT_NE(serve.err.find("--weights mxfp4 chooses the GPU's expert format"), std::string::npos) << serve.err;
   auto bench = test::run_cli("bench --backend cpu --weights fp8 --model " + (d / "m"));
   EXPECT_EQ(bench.exit_code, 1);
+  // Refused before the weights load (no GPU needed to say so).
+  auto bf16 = test::run_cli("generate --backend cuda --weights bf16" + m);
+  EXPECT_EQ(bf16.exit_code, 1);
+  EXPECT_NE(bf16.err.find("--weights bf16 is not built"), std::string::npos) << bf16.err;
 }
 
 // `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.
