@@ -16,11 +16,15 @@ struct BenchCudaArgs {
   bool graphs = true;
   // Speculative verify steps: draft lengths and batch sizes to time (empty: none).
   std::string verify_ks, verify_batches = "1,8,32";
+  // Prefill attention alone (one full and one sliding layer of the model's shape): prompt lengths
+  // to time (empty: none).
+  std::string attention_lens;
   // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);
   // temperature 0 (the default) takes the argmax.
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   double usd_per_gpu_hour = 3.0, fp8_tflops = 1420.0;  // the FP8 ceiling measured on the H200 (cuBLASLt)
+  double bf16_tflops = 778.0;                          // the BF16 dense ceiling of the H200
 };
 
 void run_bench_cuda(const BenchCudaArgs& a);

@@ -86,6 +86,8 @@ void add_bench(CLI::App& app) {
                   "cuda: draft lengths k whose speculative verify step (k + 1 tokens per sequence) is timed against the "
                   "decode step, e.g. 1,2,3,4,5,6,7,8");
   cmd->add_option("--verify-batches", cu->verify_batches, "cuda: batch sizes of the verify table");
+  cmd->add_option("--attention-lens", cu->attention_lens,
+                  "cuda: prompt lengths at which to time the prefill attention of one layer alone");
   cu->weights.add(cmd);
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;

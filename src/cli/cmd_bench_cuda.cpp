@@ -15,6 +15,7 @@
 #include "engine/cuda_runner.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/attention_timing.h"
 #include "model/gpt_oss_cost.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
@@ -178,6 +179,27 @@ void run_bench_cuda(const BenchCudaArgs& a) {
           fmt::print("| {} | {} | — | does not fit: {} | | | | | |\n", ctx, b, e.what());
         }
         for (int i = 0; i < b; ++i) seqs.release(i);
+      }
+  }
+  if (!a.attention_lens.empty()) {
+    // The prefill attention of one layer alone, in the model's prompt chunks: a full layer and,
+    // when the model has them, a sliding one; FLOPs of QK^T and PV over the keys each query sees.
+    fmt::print("\nprefill attention of one layer (chunks of {} tokens), against the BF16 ceiling of {:.0f} TFLOP/s\n",
+               a.prefill_chunk, a.bf16_tflops);
+    fmt::print("\n| prompt tokens | layer | ms | TFLOP/s | of BF16 ceiling |\n|---:|---|---:|---:|---:|\n");
+    std::vector<int> windows = {0};
+    if (c.sliding_window > 0) windows.push_back(c.sliding_window);
+    for (int n : positive(a.attention_lens, "--attention-lens"))
+      for (int win : windows) {
+        const PrefillAttentionTiming t = time_prefill_attention(
+            {.tokens = n, .chunk = a.prefill_chunk, .heads = c.num_heads, .kv_heads = c.num_kv_heads,
+             .head_dim = c.head_dim, .window = win},
+            std::max(2, a.prefill_reps));
+        const double tf = t.flops / t.seconds / 1e12;
+        const std::string layer = win ? fmt::format("window {}", win) : std::string("full");
+        out["prefill_attention"].push_back({{"tokens", n}, {"window", win}, {"seconds", t.seconds}, {"tflops", tf},
+                                            {"fraction_of_bf16_ceiling", tf / a.bf16_tflops}});
+        fmt::print("| {} | {} | {:.3f} | {:.1f} | {:.3f} |\n", n, layer, t.seconds * 1e3, tf, tf / a.bf16_tflops);
       }
   }
   if (!a.json.empty()) {

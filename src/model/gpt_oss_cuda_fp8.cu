@@ -18,7 +18,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
-#include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/sample.cuh"
 
 namespace osprey {

@@ -47,3 +47,11 @@ double GptOssCudaFp8::measure_copy_bandwidth() { fail("no CUDA backend"); }
 double GptOssCudaFp8::device_memory_bytes() { fail("no CUDA backend"); }
 
 }  // namespace osprey
+
+#include "model/attention_timing.h"
+
+namespace osprey {
+
+PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape&, int) { fail("no CUDA backend"); }
+
+}  // namespace osprey

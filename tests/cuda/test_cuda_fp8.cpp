@@ -13,7 +13,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
-#include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/attention.cuh"
 
 namespace osprey {
 namespace {
@@ -369,8 +369,8 @@ void PagedAttentionCase(int heads, int kvh, int d) {
 
 // flash_prefill (BF16 Q and P on the tensor cores) against the CPU attention: a prompt of T tokens
 // continuing a sequence of p0 positions, full (paged, shuffled pages) and sliding (ring).
-void FlashCase(int T, int p0, int window, int splits = 1) {
-  const int heads = 64, kvh = 8, d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
+void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kvh = 8) {
+  const int d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
   const std::vector<float> K = rand_bf16_exact(size_t(len) * kvh * d, 80, 2.0f), V = rand_bf16_exact(size_t(len) * kvh * d, 81, 1.0f);
   DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82);
   cache.write(1, K, V, len);
@@ -395,12 +395,21 @@ void FlashCase(int T, int p0, int window, int splits = 1) {
   HostKv kv(K, V, kvh, d);
   cpu::f32_bf16sink_attention(q.data(), pos.data(), kv, sinks.data(), ref.data(), T,
                               {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
-  EXPECT_LT(rel_err(out.get(), ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits;
+  EXPECT_LT(rel_err(out.get(), ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits
+                                         << " heads " << heads << "/" << kvh;
 }
 
 TEST(CudaFp8, FlashPrefillMatchesCpu) {
   for (int window : {0, 128})
     for (auto [T, p0] : {std::pair{1, 0}, {3, 0}, {129, 0}, {200, 77}, {1000, 0}}) FlashCase(T, p0, window);
+  // Other groupings of query heads per KV head: 16 (8 tokens a block), 3 (42 tokens and two idle
+  // rows a block), 1; and a chunk deep in a window's ring.
+  for (int window : {0, 128}) {
+    FlashCase(300, 50, window, 1, 16, 1);
+    FlashCase(100, 30, window, 1, 24, 8);
+    FlashCase(70, 0, window, 1, 4, 4);
+  }
+  FlashCase(500, 1500, 128);
 }
 
 // Split-KV prefill: a chunk deep in a sequence, its keys cut into ranges (more ranges than some
@@ -408,7 +417,7 @@ TEST(CudaFp8, FlashPrefillMatchesCpu) {
 TEST(CudaFp8, FlashPrefillSplitKv) {
   for (auto [T, p0] : {std::pair{40, 3000}, {200, 2500}, {1, 4000}, {7, 63}})
     for (int splits : {2, 3, 8, 32}) FlashCase(T, p0, 0, splits);
-  EXPECT_EQ(cuda::flash_prefill_splits(168, 100000, 64, 8, 0, size_t(2048) * 64 * 66), 7);     // 168 blocks -> 1176
+  EXPECT_EQ(cuda::flash_prefill_splits(168, 100000, 64, 8, 0, size_t(2048) * 64 * 66), 12);    // 88 blocks -> 1056
   EXPECT_EQ(cuda::flash_prefill_splits(168, 100000, 64, 8, 0, size_t(168) * 64 * 66 * 3), 3);  // the scratch's limit
   EXPECT_EQ(cuda::flash_prefill_splits(2048, 100000, 64, 8, 0, size_t(2048) * 64 * 66), 1);   // blocks enough already
   EXPECT_EQ(cuda::flash_prefill_splits(168, 100000, 64, 8, 128, size_t(2048) * 64 * 66), 1);  // a window

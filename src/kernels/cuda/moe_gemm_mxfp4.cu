@@ -10,6 +10,7 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fp8_rows.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 
 namespace osprey::cuda {
@@ -18,15 +19,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kBlk = kMxfp4ActBlock;  // columns per weight stage (4 groups of 32)
-
-__device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -152,8 +144,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
 #pragma unroll
           for (int u = 0; u < 4; ++u) {  // steps 2u and 2u + 1
             const uint4 b = *reinterpret_cast<const uint4*>(xr + u * 64);
-            mma_bf16(acc[t], alo[4 * u], ahi[4 * u], alo[4 * u + 1], ahi[4 * u + 1], b.x, b.y);
-            mma_bf16(acc[t], alo[4 * u + 2], ahi[4 * u + 2], alo[4 * u + 3], ahi[4 * u + 3], b.z, b.w);
+            mma_bf16_16816(acc[t], alo[4 * u], ahi[4 * u], alo[4 * u + 1], ahi[4 * u + 1], b.x, b.y);
+            mma_bf16_16816(acc[t], alo[4 * u + 2], ahi[4 * u + 2], alo[4 * u + 3], ahi[4 * u + 3], b.z, b.w);
           }
         }
       }
@@ -310,8 +302,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         }
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
-          mma_bf16(acc[mt][nt], a_lo[mt].x, a_hi[mt].x, a_lo[mt].y, a_hi[mt].y, b[0], b[1]);
-          mma_bf16(acc[mt][nt], a_lo[mt].z, a_hi[mt].z, a_lo[mt].w, a_hi[mt].w, b[2], b[3]);
+          mma_bf16_16816(acc[mt][nt], a_lo[mt].x, a_hi[mt].x, a_lo[mt].y, a_hi[mt].y, b[0], b[1]);
+          mma_bf16_16816(acc[mt][nt], a_lo[mt].z, a_hi[mt].z, a_lo[mt].w, a_hi[mt].w, b[2], b[3]);
         }
       }
     }

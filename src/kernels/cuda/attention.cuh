@@ -1,4 +1,5 @@
-// Attention over the paged BF16 KV cache of the FP8 path.
+// Attention over the paged BF16 KV cache of the FP8 path: cache writes (rope_kv.cu), decode
+// attention (attention_decode.cu) and prefill attention (attention_prefill.cu).
 // Full-attention layers: pages of kPage positions, [pages][kPage][kv_heads][d] for K and for V,
 // found through a per-slot page table [slots][max_pages]. Sliding-window layers: a ring of `ring`
 // positions per slot, [slots][ring][kv_heads][d], position p at p % ring (ring >= window + the
@@ -59,15 +60,17 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
 // over all (row, KV head) pairs to keep the memory system busy (~1024); at most max_splits.
 int decode_attention_splits(int rows, int kv_heads, int max_splits);
 
-// Prefill of one sequence on the tensor cores (FlashAttention-2 style, mma.sync BF16, fp32
-// softmax state): queries of tokens 0..T-1 at positions p0.., all already written to the cache of
-// `slot`. A block takes 64 query rows = (64 / group) tokens x the group of query heads that share
-// one KV head, so each K/V tile is loaded once for the group. Q and P enter the tensor cores as
-// BF16 (the CUDA-core paged_attention keeps them fp32). The sink starts each row's running max.
+// Prefill of one sequence on the tensor cores (attention_prefill.cu; FlashAttention-2 style,
+// mma.sync BF16, fp32 softmax state in base 2): queries of tokens 0..T-1 at positions p0.., all
+// already written to the cache of `slot`. A block takes 128 query rows = (128 / group) tokens x
+// the group of query heads that share one KV head, so each K/V tile is loaded once for the group;
+// 64-key tiles are double-buffered through cp.async and read by ldmatrix, and only tiles that
+// cross a row's causal or window edge are masked. Q and P enter the tensor cores as BF16 (the
+// CUDA-core paged_attention keeps them fp32). The sink seeds each row's running max and sum.
 // splits > 1 (split-KV): the keys of each block of queries are cut into `splits` ranges run by
 // separate blocks (partial states in `scratch`, T * heads * splits * (d + 2) floats), then merged;
 // the sink enters the first range only. A chunk deep in a long sequence then runs on many more
-// blocks than its queries alone fill (a 168-token chunk at 100k positions: 168 blocks otherwise).
+// blocks than its queries alone fill (a 168-token chunk at 100k positions: 84 blocks otherwise).
 void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
                    int heads, int window, float scale, cudaStream_t s, int splits = 1, float* scratch = nullptr);
 // The split count for a chunk of T tokens after p0 positions: enough blocks for about 8 waves, at

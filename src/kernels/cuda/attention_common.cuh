@@ -1,0 +1,88 @@
+// Device helpers shared by the attention kernels (attention_decode.cu, attention_prefill.cu): KV
+// rows of the paged cache and the rings, BF16 splitting, and the online softmax with the sink.
+//
+// Every softmax state here is in base 2: scores are logits times log2(e) (the kernels fold it
+// into the 1/sqrt(d) scale), a state is (m, l, acc) with running max m, sum l = sum 2^(s - m) and
+// acc = sum 2^(s - m) v, and states of key ranges merge as sum 2^(m_i - M) (l_i, acc_i).
+#pragma once
+#include <cfloat>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace osprey::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ inline float exp2_approx(float x) {  // 2^x, x = -inf gives 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Row of key position j of `slot` in L's K and V arrays: its page's row for full layers, its
+// place in the slot's ring for sliding ones.
+__device__ inline size_t kv_row(const KvLayerView& L, int slot, int j) {
+  if (L.page_table) {
+    const int page = L.page_table[size_t(slot) * L.max_pages + j / kPage];
+    return size_t(page) * kPage + (j % kPage);
+  }
+  return size_t(slot) * L.ring + (j % L.ring);
+}
+
+// (a, b) as two bf16 pairs whose sum carries ~16 significant bits of each value.
+__device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 f = __bfloat1622float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = pack_bf16(a - f.x, b - f.y);
+}
+
+// The attention sink, written once for every kernel: a head's learned logit joins each row's
+// softmax denominator exactly once and its numerator never. A state seeds from it: the state that
+// owns the sink (the first key range's; of the threads that share a row's sum, the one that is
+// sum_owner) starts at m = sink (base 2) and l = 2^(sink - m) = 1, every other state starts empty
+// (m below every score, l = 0), and the merges of states then count it once.
+__device__ inline void seed_softmax_with_sink(float& m, float& l, const bf16* sinks, int head, bool owns_sink,
+                                              bool sum_owner = true) {
+  m = owns_sink ? __bfloat162float(sinks[head]) * kLog2e : -FLT_MAX;
+  l = owns_sink && sum_owner ? 1.0f : 0.0f;
+}
+
+// One 64-key tile of the FlashAttention-2 online softmax, for a thread's two rows of a 16-row
+// MMA tile (row g: s[.][0..1], row g + 8: s[.][2..3]). s holds raw scores (masked ones -inf) that
+// `scale` takes to base-2 logits: the quad's row maximum updates the running max m, this thread's
+// share of the sum l and the accumulators acc are rescaled, and s becomes the tile's weights
+// 2^(s scale - m) (added to l).
+__device__ inline void online_softmax_tile(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&acc)[8][4],
+                                           float scale) {
+  float tmax[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
+  float corr[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
+    tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
+    const float m_new = fmaxf(m[i], tmax[i] * scale);
+    corr[i] = exp2_approx(m[i] - m_new);
+    m[i] = m_new;
+    l[i] *= corr[i];
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = exp2_approx(fmaf(s[n][e], scale, -m[e >> 1]));  // masked: 2^-inf = 0
+      l[e >> 1] += s[n][e];
+      acc[n][e] *= corr[e >> 1];
+    }
+}
+
+// The weight of a partial state (max m_i, sum l_i) in a merge whose largest max is M; an empty
+// state (l_i = 0) weighs nothing.
+__device__ inline float merge_weight(float m_i, float l_i, float M) { return l_i > 0.0f ? exp2_approx(m_i - M) : 0.0f; }
+
+}  // namespace osprey::cuda

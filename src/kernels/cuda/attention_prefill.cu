@@ -1,0 +1,228 @@
+// Prefill attention on the tensor cores (attention.cuh flash_prefill): FlashAttention-2 over the
+// paged BF16 cache, with the sink and the sliding window, split over the keys when a chunk's
+// queries alone cannot fill the GPU.
+#include <algorithm>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/cp_async.cuh"
+
+namespace osprey::cuda {
+
+namespace {
+
+// A block: 8 warps x 16 query rows = 128 rows, row r = token t0 + r / group, query head
+// g_kv * group + r % group (the query heads of one KV head, so each K/V tile serves all of them).
+// Keys come in tiles of 64 (one page of a full layer), double-buffered through cp.async; shared
+// rows are padded to 72 BF16 (144 bytes) so that ldmatrix's eight row addresses hit distinct banks.
+constexpr int kFaWarps = 8, kFaRows = 16 * kFaWarps, kFaKeys = 64, kFaD = 64, kFaPad = 72;
+constexpr int kFaThreads = 32 * kFaWarps;
+
+struct FaTile {
+  bf16 k[kFaKeys][kFaPad];
+  bf16 v[kFaKeys][kFaPad];
+};
+
+// Issues the cp.async copies of key tile j0's K and V rows into t (zeros outside [lo, hi]: the
+// masked weights multiply them, and cache rows outside the written range may hold anything).
+__device__ inline void load_kv_tile(FaTile& t, const KvLayerView& L, int slot, int g_kv, int j0, int lo, int hi) {
+  const int kvn = L.kv_heads * kFaD;
+  const size_t page_row = L.page_table ? size_t(L.page_table[size_t(slot) * L.max_pages + j0 / kPage]) * kPage : 0;
+#pragma unroll
+  for (int i = 0; i < kFaKeys * kFaD / 8 / kFaThreads; ++i) {
+    const int p = threadIdx.x + i * kFaThreads, key = p >> 3, d0 = (p & 7) * 8, j = j0 + key;
+    const bool ok = j >= lo && j <= hi;
+    const size_t row = L.page_table ? page_row + key : size_t(slot) * L.ring + (j % L.ring);
+    const size_t at = ok ? row * kvn + size_t(g_kv) * kFaD + d0 : 0;
+    cp_async16(&t.k[key][d0], L.k + at, ok);
+    cp_async16(&t.v[key][d0], L.v + at, ok);
+  }
+}
+
+// Split-KV (gridDim.z = splits > 1): split z takes its share of the block's key tiles and writes
+// its unnormalized partial state to `part` [T][heads][splits][d + 2] (acc, then m and l, base 2);
+// only split 0 owns the sink. flash_merge_kernel combines them.
+__global__ void __launch_bounds__(kFaThreads, 2)
+    flash_prefill_kernel(KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot, int p0,
+                         float* __restrict__ out, int T, int heads, int window, float scale_log2,
+                         float* __restrict__ part) {
+  __shared__ __align__(128) FaTile tiles[2];
+  const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
+  // The heaviest blocks (the last queries see the most keys) start first.
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens_per_block;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  // This thread's two rows (recomputed where needed: registers are the kernel's limit).
+  auto row_tok = [&](int i) { return t0 + (warp * 16 + g + 8 * i) / group; };
+  auto row_head = [&](int i) { return g_kv * group + (warp * 16 + g + 8 * i) % group; };
+  auto row_valid = [&](int i) { return warp * 16 + g + 8 * i < tokens_per_block * group && row_tok(i) < T; };
+  int pos_r[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) pos_r[i] = p0 + (row_valid(i) ? row_tok(i) : 0);
+  // Q fragments (A operand, 16 rows x 64 dims = 4 k-steps), BF16.
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi)  // dims ks*16 + 2c (+8)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // rows g, g+8
+        float2 v = make_float2(0.f, 0.f);
+        if (row_valid(i))
+          v = *reinterpret_cast<const float2*>(q + (size_t(row_tok(i)) * heads + row_head(i)) * kFaD + ks * 16 +
+                                               2 * c + 8 * hi);
+        qa[ks][hi * 2 + i] = pack_bf16(v.x, v.y);
+      }
+  const int split = blockIdx.z, splits = gridDim.z;
+  float m[2], l[2], acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, row_head(i), split == 0, c == 0);
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
+  const int last_tok = min(T, t0 + tokens_per_block) - 1;
+  const int pos_lo = p0 + t0, key_end = p0 + last_tok;  // the block's first and last positions
+  const int key_begin = window > 0 ? max(0, pos_lo - window + 1) : 0;
+  // This split's key tiles: an equal share of the block's.
+  const int tile_first = key_begin / kFaKeys, tiles_all = key_end / kFaKeys - tile_first + 1;
+  const int per_split = (tiles_all + splits - 1) / splits;
+  const int ta = tile_first + split * per_split, tb = min(tile_first + tiles_all, ta + per_split);
+
+  // ldmatrix row addresses: K (non-transposed) gives B fragments of S = Q K^T, V (transposed)
+  // those of O = P V. Lane l addresses row l % 8 of matrix l / 8.
+  const int mi = lane >> 3, mr = lane & 7;
+  const unsigned k_addr = unsigned(__cvta_generic_to_shared(&tiles[0].k[mr][mi * 8]));
+  const unsigned v_addr = unsigned(__cvta_generic_to_shared(&tiles[0].v[(mi & 1) * 8 + mr][(mi >> 1) * 8]));
+  constexpr unsigned kStage = sizeof(FaTile);
+
+  if (ta < tb) load_kv_tile(tiles[0], L, slot, g_kv, ta * kFaKeys, key_begin, key_end);
+  cp_async_commit();
+  for (int t = ta; t < tb; ++t) {
+    const int j0 = t * kFaKeys, st = (t - ta) & 1;
+    if (t + 1 < tb) load_kv_tile(tiles[st ^ 1], L, slot, g_kv, j0 + kFaKeys, key_begin, key_end);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    // S = Q K^T (16 rows x 64 keys per warp): one ldmatrix.x4 gives two k-steps of an n-tile.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[n][j] = 0.0f;
+#pragma unroll
+      for (int kp = 0; kp < 2; ++kp) {
+        uint32_t b[4];  // dims 32kp + 8i..: k-step 2kp is b[0], b[1]; 2kp + 1 is b[2], b[3]
+        ldmatrix_x4(b, k_addr + st * kStage + (n * 8 * kFaPad + kp * 32) * 2);
+        mma_bf16_16816(s[n], qa[2 * kp][0], qa[2 * kp][1], qa[2 * kp][2], qa[2 * kp][3], b[0], b[1]);
+        mma_bf16_16816(s[n], qa[2 * kp + 1][0], qa[2 * kp + 1][1], qa[2 * kp + 1][2], qa[2 * kp + 1][3], b[2], b[3]);
+      }
+    }
+    // Masks only where a tile crosses a row's causal edge or window edge.
+    const bool edge = j0 + kFaKeys - 1 > pos_lo || (window > 0 && j0 < key_end - window + 1) || j0 < key_begin;
+    if (edge) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int i = j >> 1, key = j0 + n * 8 + 2 * c + (j & 1);
+          const bool ok = key <= pos_r[i] && key >= key_begin && (window == 0 || pos_r[i] - key < window);
+          if (!ok) s[n][j] = -INFINITY;
+        }
+    }
+    online_softmax_tile(s, m, l, acc, scale_log2);
+    // O += P V (P as the A operand straight from the S fragments).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]), a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];  // n-tile 2np: b[0], b[1]; 2np + 1: b[2], b[3]
+        ldmatrix_x4_trans(b, v_addr + st * kStage + (kk * 16 * kFaPad + np * 16) * 2);
+        mma_bf16_16816(acc[2 * np], a0, a1, a2, a3, b[0], b[1]);
+        mma_bf16_16816(acc[2 * np + 1], a0, a1, a2, a3, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // stage st is refilled in the next iteration
+  }
+  cp_async_wait<0>();
+  // The quad's shares of l.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  if (splits > 1) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!row_valid(i)) continue;
+      float* pp = part + ((size_t(row_tok(i)) * heads + row_head(i)) * splits + split) * (kFaD + 2);
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<float2*>(pp + n * 8 + 2 * c) = make_float2(acc[n][2 * i], acc[n][2 * i + 1]);
+      if (c == 0) pp[kFaD] = m[i], pp[kFaD + 1] = l[i];
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!row_valid(i)) continue;
+    float* op = out + (size_t(row_tok(i)) * heads + row_head(i)) * kFaD;
+    const float inv = 1.0f / l[i];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(op + n * 8 + 2 * c) = make_float2(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
+  }
+}
+
+// out [T][heads][d] from the splits' partial states (attention_common.cuh's merge). One thread per
+// output value.
+__global__ void flash_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int rows, int splits) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(rows) * kFaD) return;
+  const size_t row = i / kFaD, d = i % kFaD;
+  const float* p = part + row * splits * (kFaD + 2);
+  float M = -FLT_MAX;
+  for (int z = 0; z < splits; ++z) M = fmaxf(M, p[z * (kFaD + 2) + kFaD]);
+  float num = 0.0f, den = 0.0f;
+  for (int z = 0; z < splits; ++z) {
+    const float w = merge_weight(p[z * (kFaD + 2) + kFaD], p[z * (kFaD + 2) + kFaD + 1], M);
+    num += w * p[z * (kFaD + 2) + d];
+    den += w * p[z * (kFaD + 2) + kFaD + 1];
+  }
+  out[i] = num / den;
+}
+
+}  // namespace
+
+int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats) {
+  if (window > 0 || T == 0) return 1;  // a window's keys are few
+  const int per_block = kFaRows / (heads / kv_heads);
+  const long blocks = long(kv_heads) * ((T + per_block - 1) / per_block);
+  const long tiles = (long(p0) + T + kFaKeys - 1) / kFaKeys;
+  // About 4 waves of 2 blocks on each of 132 SMs, at least 16 key tiles (1024 keys) per split,
+  // within the scratch.
+  long s = std::min<long>({(8L * 132 + blocks - 1) / blocks, tiles / 16, 32,
+                           long(scratch_floats / (size_t(T) * heads * (kFaD + 2)))});
+  return int(std::max<long>(1, s));
+}
+
+void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
+                   int heads, int window, float scale, cudaStream_t s, int splits, float* scratch) {
+  if (T == 0) return;
+  if (L.d != kFaD) fail_plain("flash_prefill: head_dim must be 64");
+  const int group = heads / L.kv_heads;
+  if (heads % L.kv_heads || group > kFaRows) fail_plain("flash_prefill: unsupported head grouping");
+  if (splits < 1 || (splits > 1 && !scratch)) fail_plain("flash_prefill: splits need scratch");
+  const int per_block = kFaRows / group;
+  dim3 grid(unsigned(L.kv_heads), unsigned((T + per_block - 1) / per_block), unsigned(splits));
+  flash_prefill_kernel<<<grid, kFaThreads, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e,
+                                                   scratch);
+  OSPREY_CUDA_CHECK(cudaGetLastError());
+  if (splits == 1) return;
+  const size_t n = size_t(T) * heads * kFaD;
+  flash_merge_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(scratch, out, T * heads, splits);
+  OSPREY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace osprey::cuda
