@@ -606,6 +606,15 @@ TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {
   MoeRouteCase(GetParam(), 128);
 }
 
+// Prompt chunks (more than 64 tokens) take the tiled kernel: the same checks, bit for bit, at
+// tile remainders (65 = 4 tiles of 16 + 1) and a chunk's size.
+TEST(CudaFp8, MoeRouteTiledEqualsNormRouterTopk) {
+  for (int T : {65, 300, 2048}) {
+    MoeRouteCase(T, 32);
+    MoeRouteCase(T, 128);
+  }
+}
+
 TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
   const int T = GetParam(), E = 8, k = 4, I = 2880;
   std::mt19937 rng(120);
