@@ -10,7 +10,7 @@ namespace osprey::cli {
 struct BenchCudaArgs {
   std::string model, json;
   std::string prefill_lens = "1024,8192,32768", batches = "1,8,32,64,128", contexts = "8192,32768";
-  int steps = 32, prefill_reps = 2, prefill_chunk = 2048;
+  int steps = 32, prefill_reps = 2, prefill_chunk = 8192;  // the model's default max_rows
   uint64_t seed = 1;
   WeightsArg weights;
   bool graphs = true;

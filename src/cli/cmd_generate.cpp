@@ -38,7 +38,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
   const bool cuda = a.backend == "cuda";
   if (cuda && !a.precision.empty() && a.precision != "fp8")
     fail("--speculative runs on the engine's FP8 path with --backend cuda; --precision {} has no engine", a.precision);
-  EngineConfig ec{.max_batch = 1, .max_batched_tokens = cuda ? 2048 : 512, .max_queue = 1, .max_seq_len = ctx,
+  EngineConfig ec{.max_batch = 1, .max_batched_tokens = cuda ? GptOssCudaFp8::Options::kDefaultMaxRows : 512, .max_queue = 1, .max_seq_len = ctx,
                   .kv_block_size = 16, .prefix_caching = false};
   a.spec.apply(ec, w.config, a.backend);  // a draft model on the GPU goes first: the target takes what is left
   std::unique_ptr<GptOssCudaFp8> gpu;
@@ -138,7 +138,7 @@ void add_generate(CLI::App& app) {
     if (args->backend == "cuda") {
       if (args->precision.empty() || args->precision == "fp8") {
         fp8_model = std::make_unique<GptOssCudaFp8>(
-            w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = true,
+            w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .graphs = true,
                                       .kv_blocks = one_sequence_blocks(ctx),
                                       .experts = args->weights.experts(w)});
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };

@@ -50,7 +50,7 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
-                  "tokens per engine step: every decode token and the prompt chunks that fit (0: 2048 on cuda, 512 on cpu)")
+                  "tokens per engine step: every decode token and the prompt chunks that fit (0: 8192 on cuda, 512 on cpu)")
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--kv-blocks", args->kv_blocks,
                   "KV-cache blocks (16 positions on cpu, 64 on cuda); 0: from --kv-cache-gib (cpu) or "
@@ -85,7 +85,9 @@ void add_serve(CLI::App& app) {
       fail("--max-seq-len {} is past the model's context of {} positions", args->max_seq_len, mc.max_position_embeddings);
     const bool cuda = args->backend == "cuda";
     EngineConfig ec{.max_batch = args->max_batch,
-                    .max_batched_tokens = args->max_batched_tokens > 0 ? args->max_batched_tokens : cuda ? 2048 : 512,
+                    .max_batched_tokens = args->max_batched_tokens > 0 ? args->max_batched_tokens
+                                          : cuda              ? GptOssCudaFp8::Options::kDefaultMaxRows
+                                                              : 512,
                     .max_queue = args->max_queue,
                     .max_seq_len = args->max_seq_len > 0 ? args->max_seq_len : mc.max_position_embeddings,
                     .kv_block_size = 16,
