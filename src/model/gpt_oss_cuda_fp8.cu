@@ -16,6 +16,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "kernels/cuda/attention.cuh"
@@ -79,6 +80,11 @@ struct ActBuf {
 
 }  // namespace
 
+// MXFP4 experts go through cuBLAS's BF16 GEMMs (the weights decoded to BF16 first) from this
+// many rows an expert on average: the decode costs about 0.5 ms a 20b layer (2 ms a 120b one),
+// which the faster GEMMs win back from about 900 (20b) and 3,500 (120b) tokens a chunk.
+constexpr int kLtMxfp4RowsPerExpert = 128;
+
 struct GptOssCudaFp8::Impl {
   const GptOssConfig cfg;
   const Options opt;
@@ -109,6 +115,10 @@ struct GptOssCudaFp8::Impl {
   ActBuf act_h, act_attn, act_moe, act_a;
   const bool mxfp4 = opt.experts == ExpertWeights::Mxfp4;
   DeviceArray<cuda::bf16> xb, ab;  // MXFP4 experts: their BF16 inputs (norm output, SwiGLU output)
+  // MXFP4 experts of long prompt chunks (lt_moe): one layer's experts decoded to BF16 (the first
+  // GEMM's, then the second's) for cuBLAS's BF16 GEMMs, and its handle.
+  DeviceArray<cuda::bf16> experts_bf16;
+  std::unique_ptr<cuda::Blas> blas;
   std::map<int, cudaGraphExec_t> graphs;
 
   cuda::KvLayerView view(int l) {
@@ -298,7 +308,14 @@ struct GptOssCudaFp8::Impl {
                                        (cfg.head_dim + 2));
     act_h.reserve(R4, H), act_attn.reserve(R4, Q);
     if (mxfp4) {
-      xb = DeviceArray<cuda::bf16>(size_t(R4) * mxfp4_act_cols(H)), ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
+      // xb holds the norm output by token, or (lt_moe) gathered by sorted row.
+      xb = DeviceArray<cuda::bf16>(size_t(std::max(R4, P)) * mxfp4_act_cols(H));
+      ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
+      if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E) {
+        experts_bf16 = DeviceArray<cuda::bf16>(size_t(E) * std::max(size_t(2) * I * mxfp4_act_cols(H),
+                                                                     size_t(H) * mxfp4_act_cols(I)));
+        blas = std::make_unique<cuda::Blas>(stream);
+      }
     } else {
       act_moe.reserve(P, H), act_a.reserve(P, I);
     }
@@ -387,7 +404,7 @@ struct GptOssCudaFp8::Impl {
   struct Pass {
     int decode_rows = 0;
     std::vector<Prompt> prompts;
-    bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 32+ rows / the experts
+    bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 32+ rows / cuBLAS(Lt) for the experts
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
     // Some slot has several decode rows (a verify chunk): a row's earlier positions may be written
     // by this layer's rope kernel, so attention must not load them before its PDL wait.
@@ -453,7 +470,8 @@ struct GptOssCudaFp8::Impl {
 
   // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x and
   // its final norm, quantized, in act_h (the unembedding's input).
-  // pass.lt_moe: the experts through cuBLASLt (one host sync per layer; prefill only).
+  // pass.lt_moe: the experts through cuBLASLt (FP8) or cuBLAS on BF16-decoded weights (MXFP4),
+  // one host sync per layer; prefill only.
   void layers_forward(int T, const Pass& pass) {
     const int H = cfg.hidden, I = cfg.intermediate, E = cfg.num_experts, Kx = cfg.experts_per_token;
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
@@ -513,7 +531,31 @@ struct GptOssCudaFp8::Impl {
       if (T == 1) sg.row_live = d_row_token.ptr, sg.seg_rows_max = 1;
       // Rows an expert typically gets (twice the mean, at most every token).
       const int per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
-      if (mxfp4) {
+      if (mxfp4 && pass.lt_moe) {
+        // Long prompt chunks: the experts that have rows decoded to BF16 and multiplied by
+        // cuBLAS per expert, on the rows gathered by expert (the biases come with the SwiGLU and
+        // the combine). One host sync per layer, as for FP8 experts.
+        const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I);
+        cuda::mxfp4_experts_to_bf16(L.mx1.view(nullptr), d_seg.ptr, experts_bf16.ptr, stream);
+        OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
+        OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        // The sorted rows (row_token holds seg[E] of them; -1: padding, zeros).
+        cuda::to_bf16_mxfp4_layout(h.ptr, seg_host[E], H, xb.ptr, stream, d_row_token.ptr);
+        auto each_expert = [&](auto&& fn) {
+          for (int e = 0; e < E; ++e)
+            if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
+        };
+        each_expert([&](int e, int r0, int n) {
+          blas->gemm_bf16(experts_bf16.ptr + size_t(e) * 2 * I * Hp, xb.ptr + size_t(r0) * Hp, t1.ptr + size_t(r0) * 2 * I,
+                          n, 2 * I, Hp);
+        });
+        cuda::moe_swiglu_bf16(t1.ptr, d_seg.ptr + E, P, I, alpha, limit, ab.ptr, stream, L.b1.ptr, d_seg.ptr, E);
+        cuda::mxfp4_experts_to_bf16(L.mx2.view(nullptr), d_seg.ptr, experts_bf16.ptr, stream);
+        each_expert([&](int e, int r0, int n) {
+          blas->gemm_bf16(experts_bf16.ptr + size_t(e) * H * Ip, ab.ptr + size_t(r0) * Ip, y.ptr + size_t(r0) * H, n, H,
+                          Ip);
+        });
+      } else if (mxfp4) {
         cuda::to_bf16_mxfp4_layout(h.ptr, T, H, xb.ptr, stream);
         cuda::ExpertRows rows;
         rows.seg = d_seg.ptr, rows.active = d_active.ptr, rows.active_max = std::min(E, T * Kx);
@@ -721,8 +763,9 @@ struct GptOssCudaFp8::Impl {
     set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
     Pass& pass = st.pass;
     pass.lt_dense = opt.cublaslt;
-    pass.lt_moe = !mxfp4 && opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && lt->available(4, 2 * I, H) &&
-                  lt->available(4, H, I);
+    pass.lt_moe = mxfp4 ? blas && T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts
+                        : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&
+                              lt->available(4, 2 * I, H) && lt->available(4, H, I);
     pass.attn_splits = pass.decode_rows > 0
                            ? cuda::decode_attention_splits(pass.decode_rows, cfg.num_kv_heads, decode_splits())
                            : 1;

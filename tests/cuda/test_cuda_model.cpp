@@ -119,6 +119,41 @@ TEST(CudaFp8Model, ExpertFormatsMatchTheirCpuEmulations) {
   }
 }
 
+// A long prompt chunk with MXFP4 experts takes cuBLAS on BF16-decoded weights (lt_moe: from 128
+// rows an expert; parity-b's 6 experts x top-3 at 300 tokens give 150): the same logits as the
+// in-register MXFP4 kernels (cuBLAS off) and the CPU emulation, up to the order of sums and the
+// FP8 activation codes that flip on it.
+TEST(CudaFp8Model, Mxfp4LongChunkThroughCublasMatchesTheKernels) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  std::mt19937 rng(4);
+  std::vector<int32_t> tokens(300);
+  for (auto& t : tokens) t = int32_t(rng() % 777);
+  std::vector<std::vector<float>> out;
+  for (bool lt : {true, false}) {
+    GptOssCudaFp8 m(w, {.slots = 1, .max_context = 512, .max_rows = 512, .graphs = false, .kv_blocks = 32,
+                        .cublaslt = lt, .experts = GptOssCudaFp8::ExpertWeights::Mxfp4});
+    CudaSlots seqs(m);
+    out.push_back(seqs.prefill_logits(0, tokens, /*all=*/true));
+  }
+  GptOssCpuModel cpu(w, CpuPrecision::Mxfp4);
+  KvCache c = cpu.new_cache();
+  const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
+  const double lt_kernels = rel_diff(out[0].data(), out[1].data(), ref.size());
+  const double lt_cpu = rel_diff(out[0].data(), ref.data(), ref.size());
+  const double kernels_cpu = rel_diff(out[1].data(), ref.data(), ref.size());
+  std::printf("mxfp4 300-token chunk: cuBLAS path vs MXFP4 kernels rel. %.3e; vs the CPU emulation: cuBLAS path "
+              "%.3e, kernels %.3e\n",
+              lt_kernels, lt_cpu, kernels_cpu);
+  EXPECT_GT(lt_kernels, 0.0) << "the cuBLAS path did not run";
+  // parity-b's random weights amplify rounding: a different order of sums flips FP8 activation
+  // codes of the dense layers and the 300 positions drift apart. The cuBLAS path must stay as
+  // close to the emulation as the kernels are (a wrong bias, row or layout gives O(1)).
+  EXPECT_LT(lt_cpu, std::max(2e-2, 2 * kernels_cpu));
+  EXPECT_LT(lt_kernels, std::max(2e-2, 2 * kernels_cpu));
+}
+
 // Masked decode (structured outputs on the GPU): the masks computed during the step, applied on
 // the device, then argmax or a draw, equal the host path (the step's logits, the CPU twin of the
 // mask, choose_token) at batch 1, 3 and 17, greedy and sampled rows, some rows without a mask.

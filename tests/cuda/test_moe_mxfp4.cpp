@@ -203,5 +203,53 @@ TEST(MoeMxfp4, ActivationLayoutAndSwiglu) {
     }
 }
 
+// The BF16 decode for the prefill's cuBLAS path: every expert with rows exactly as the reference
+// decode, each value where the activation layout puts its column (zeros past K = 2880); an
+// expert without rows left as it was. Scales across the range, from 2^-127 (subnormal values).
+TEST(MoeMxfp4, ExpertsToBf16AreExactInTheActivationLayout) {
+  const int E = 3, N = 32, K = 2880, Kp = mxfp4_act_cols(K);
+  for (auto [lo, hi] : {std::pair{0, 40}, std::pair{100, 140}, std::pair{200, 250}}) {
+    HostExperts W(E, N, K, 95 + lo, lo, hi);
+    Dev<uint8_t> tiles(W.relaid);
+    Dev<int32_t> seg(std::vector<int32_t>{0, 4, 4, 12});  // expert 1 has no rows
+    Dev<bf16> out(size_t(E) * N * Kp);
+    OSPREY_CUDA_CHECK(cudaMemset(out.p, 0xFF, out.n * 2));
+    cuda::mxfp4_experts_to_bf16({tiles.p, nullptr, E, N, K}, seg.p, as_dev_bf16(out), nullptr);
+    const auto got = out.get();
+    std::vector<float> dec(K);
+    for (int e = 0; e < E; ++e)
+      for (int n = 0; n < N; ++n) {
+        const size_t row = size_t(e) * N + n;
+        mxfp4_decode_row(&W.blocks[row * K / 2], &W.scales[row * K / 32], K, dec.data());
+        for (int p = 0; p < Kp; ++p) {
+          const uint16_t bits = got[row * Kp + p];
+          if (e == 1) {
+            ASSERT_EQ(bits, 0xFFFF) << "an expert without rows is not decoded";
+            continue;
+          }
+          const int c = mxfp4_act_column(p);
+          ASSERT_EQ(bf16_to_f32(bits), c < K ? dec[c] : 0.0f)
+              << "expert " << e << " row " << n << " column " << c << " scales [" << lo << ", " << hi << "]";
+        }
+      }
+  }
+}
+
+// The gathered layout: row r of the output is input row in_rows[r] (zeros for padding, -1).
+TEST(MoeMxfp4, ActivationLayoutGathersRows) {
+  const int T = 4, K = 2880, Kp = mxfp4_act_cols(K);
+  const auto x = randf(size_t(T) * K, 82, 3.0f);
+  const std::vector<int32_t> rows = {2, -1, 0, 2, 3, -1};
+  Dev<float> dx(x);
+  Dev<int32_t> dr(rows);
+  Dev<bf16> plain(size_t(T) * Kp), gathered(rows.size() * Kp);
+  cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(plain), nullptr);
+  cuda::to_bf16_mxfp4_layout(dx.p, int(rows.size()), K, as_dev_bf16(gathered), nullptr, dr.p);
+  const auto a = plain.get(), b = gathered.get();
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int p = 0; p < Kp; ++p)
+      ASSERT_EQ(b[r * Kp + p], rows[r] < 0 ? uint16_t(0) : a[size_t(rows[r]) * Kp + p]) << "row " << r;
+}
+
 }  // namespace
 }  // namespace osprey

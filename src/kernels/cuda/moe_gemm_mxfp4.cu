@@ -339,20 +339,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
 // ---------------------------------------------------------------------------------------------
 // Activations into the layout: one thread per BF16 pair (positions 2i, 2i + 1 hold columns k, k + 4).
-__global__ void to_bf16_layout_kernel(const float* x, int T, int K, bf16* out) {
+__global__ void to_bf16_layout_kernel(const float* x, int T, int K, bf16* out, const int32_t* in_rows) {
   pdl_wait();
   pdl_launch_dependents();
   const int Kp = mxfp4_act_cols(K), pairs = Kp / 2;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T) * pairs) return;
   const int t = int(i / pairs), p = int(i % pairs) * 2, k = mxfp4_act_column(p);
-  const float* row = x + size_t(t) * K;
-  const float v0 = k < K ? __ldcg(row + k) : 0.0f, v1 = k + 4 < K ? __ldcg(row + k + 4) : 0.0f;
+  const int src = in_rows ? __ldcg(in_rows + t) : t;
+  const float* row = x + size_t(src < 0 ? 0 : src) * K;
+  const bool ok = src >= 0;
+  const float v0 = ok && k < K ? __ldcg(row + k) : 0.0f, v1 = ok && k + 4 < K ? __ldcg(row + k + 4) : 0.0f;
   reinterpret_cast<__nv_bfloat162*>(out + size_t(t) * Kp)[p / 2] = __floats2bfloat162_rn(v0, v1);
 }
 
 __global__ void swiglu_bf16_kernel(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha,
-                                   float limit, bf16* a) {
+                                   float limit, bf16* a, const bf16* bias, const int32_t* seg, int experts) {
   pdl_wait();
   pdl_launch_dependents();
   const int Ip = mxfp4_act_cols(I), pairs = Ip / 2;
@@ -361,16 +363,67 @@ __global__ void swiglu_bf16_kernel(const float* t, const int32_t* rows_end, int 
   const int r = int(i / pairs), p = int(i % pairs) * 2, k = mxfp4_act_column(p);
   if (r >= __ldcg(rows_end)) return;
   const float* row = t + size_t(r) * 2 * I;
+  const bf16* b = nullptr;
+  if (bias) {  // the row's expert: the last e with seg[e] <= r
+    int lo = 0, hi = experts;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (__ldcg(seg + mid) <= r) lo = mid;
+      else hi = mid;
+    }
+    b = bias + size_t(lo) * 2 * I;
+  }
   float v[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int col = k + 4 * h;
-    if (col < I) v[h] = swiglu_clamped(__ldcg(row + 2 * col), __ldcg(row + 2 * col + 1), alpha, limit);
+    if (col < I) {
+      float gt = __ldcg(row + 2 * col), up = __ldcg(row + 2 * col + 1);
+      if (b) gt += __bfloat162float(b[2 * col]), up += __bfloat162float(b[2 * col + 1]);
+      v[h] = swiglu_clamped(gt, up, alpha, limit);
+    }
   }
   reinterpret_cast<__nv_bfloat162*>(a + size_t(r) * Ip)[p / 2] = __floats2bfloat162_rn(v[0], v[1]);
 }
 
+// Thread i: group g of 128-column block kb of row n of expert e (i = ((e N + n) KB + kb) 4 + g):
+// its 16 code bytes and scale from the tile, 32 BF16 values written where the activation layout
+// puts their columns (four runs of 8 positions: 128 kb + 32 u + 8 g + 0..7).
+__global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf16* out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int Kp = mxfp4_act_cols(W.K), KB = Kp / kBlk;
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(W.experts) * W.N * KB * 4) return;
+  const int g = int(i % 4), kb = int(i / 4 % KB), n = int(i / 4 / KB % W.N), e = int(i / 4 / KB / W.N);
+  if (__ldcg(seg + e + 1) <= __ldcg(seg + e)) return;
+  const uint8_t* tile = W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes;
+  const uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
+  const int exp2 = int(tile[1024 + 4 * (n % kMxfp4TileRows) + g]) - 127;  // E8M0: 2^(S - 127)
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&raw);
+  bf16* row = out + (size_t(e) * W.N + n) * Kp + size_t(kb) * kBlk;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    uint4 chunk;
+    bf16* c = reinterpret_cast<bf16*>(&chunk);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      const int r = mxfp4_act_column(32 * u + 8 * g + t) - 32 * g;  // the value's index in the group
+      const int code = (bytes[r / 2] >> (4 * (r % 2))) & 0xF;
+      const int m = code & 7;  // E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6
+      const float v = m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));
+      c[t] = __float2bfloat16(ldexpf(code & 8 ? -v : v, exp2));  // exact: a BF16 value
+    }
+    *reinterpret_cast<uint4*>(row + 32 * u + 8 * g) = chunk;
+  }
+}
+
 }  // namespace
+
+void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st) {
+  const size_t n = size_t(W.experts) * W.N * (mxfp4_act_cols(W.K) / kBlk) * 4;
+  launch_pdl("dequant", mxfp4_to_bf16_kernel, unsigned((n + 255) / 256), 256, 0, st, W, seg, out);
+}
 
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                           cudaStream_t st) {
@@ -415,18 +468,19 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
 }
 
-void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st) {
+void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st, const int32_t* in_rows) {
   if (T == 0) return;
   const size_t n = size_t(T) * mxfp4_act_cols(K) / 2;
-  launch_pdl("quant", to_bf16_layout_kernel, unsigned((n + 255) / 256), 256, 0, st, x, T, K, out);
+  launch_pdl("quant", to_bf16_layout_kernel, unsigned((n + 255) / 256), 256, 0, st, x, T, K, out, in_rows);
 }
 
 void moe_swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha, float limit, bf16* a,
-                     cudaStream_t st) {
+                     cudaStream_t st, const bf16* bias, const int32_t* seg, int experts) {
+  if (bias && (!seg || experts < 1)) fail_plain("moe_swiglu_bf16: an expert bias needs the segments");
   if (rows_max == 0) return;
   const size_t n = size_t(rows_max) * mxfp4_act_cols(I) / 2;
   launch_pdl("swiglu", swiglu_bf16_kernel, unsigned((n + 255) / 256), 256, 0, st, t, rows_end, rows_max, I, alpha,
-             limit, a);
+             limit, a, bias, seg, experts);
 }
 
 }  // namespace osprey::cuda

@@ -41,12 +41,21 @@ struct ExpertRows {
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                           cudaStream_t st);
 
-// x fp32 [T][K] -> BF16 (round to nearest) in the MXFP4 activation layout, out [T][round128(K)].
-void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st);
+// x fp32 [.][K] -> BF16 (round to nearest) in the MXFP4 activation layout, out [T][round128(K)];
+// out row t reads x row in_rows[t] (zeros where it is < 0) when in_rows is given, else row t.
+void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st, const int32_t* in_rows = nullptr);
 
 // The experts' clamped SwiGLU: rows r < *rows_end (a device count, at most rows_max) of
 // t [.][2I] (gate and up interleaved) -> a [.][round128(I)] BF16 in the MXFP4 activation layout.
+// With bias [E][2I] and seg [E + 1] (rows sorted by expert): each row's expert bias is added to
+// its gate and up values first (for products that were computed without it).
 void moe_swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha, float limit, bf16* a,
-                     cudaStream_t st);
+                     cudaStream_t st, const bf16* bias = nullptr, const int32_t* seg = nullptr, int experts = 0);
+
+// The weights of every expert that has rows (seg[e + 1] > seg[e]) decoded exactly to BF16, out
+// [experts][N][round128(K)] in the activation layout (zeros past K), for a dense BF16 GEMM per
+// expert against activations in that layout (the prefill of long prompts: the tensor-core GEMMs
+// of cuBLAS beat the in-register decode there). Other experts' rows are left as they were.
+void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st);
 
 }  // namespace osprey::cuda
