@@ -11,6 +11,7 @@
 #include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 
 namespace osprey {
@@ -201,6 +202,24 @@ TEST(MoeMxfp4, ActivationLayoutAndSwiglu) {
       const float want = c < I ? ref[size_t(r) * I + c] : 0.0f, v = bf16_to_f32(ga[size_t(r) * Kp + p]);
       ASSERT_LE(std::fabs(v - want), std::fabs(want) * (1.0f / 128) + 1e-30f) << "row " << r << " column " << c;
     }
+  // With the experts' biases (the cuBLAS path's products lack them): rows 0-1 of expert 0, rows
+  // 2-4 of expert 2 (expert 1 has none); each row's bias added to gate and up first.
+  const int E = 3;
+  const auto bias = randbf(size_t(E) * 2 * I, 83);
+  Dev<bf16> db(bias), a2(size_t(rows_max) * Kp);
+  Dev<int32_t> seg(std::vector<int32_t>{0, 2, 2, 5});
+  cuda::moe_swiglu_bf16(dt.p, end.p, rows_max, I, 1.702f, 7.0f, as_dev_bf16(a2), nullptr, as_dev_bf16(db), seg.p, E);
+  const auto gb = a2.get();
+  std::vector<float> tb(t1);
+  for (int r = 0; r < live; ++r)
+    for (int j = 0; j < 2 * I; ++j) tb[size_t(r) * 2 * I + j] += bf16_to_f32(bias[size_t(r < 2 ? 0 : 2) * 2 * I + j]);
+  cpu::f32_swiglu_clamped(tb.data(), ref.data(), rows_max, I, 1.702f, 7.0f);
+  for (int r = 0; r < live; ++r)
+    for (int p = 0; p < Kp; ++p) {
+      const int c = mxfp4_act_column(p);
+      const float want = c < I ? ref[size_t(r) * I + c] : 0.0f, v = bf16_to_f32(gb[size_t(r) * Kp + p]);
+      ASSERT_LE(std::fabs(v - want), std::fabs(want) * (1.0f / 128) + 1e-30f) << "biased row " << r << " column " << c;
+    }
 }
 
 // The BF16 decode for the prefill's cuBLAS path: every expert with rows exactly as the reference
@@ -233,6 +252,43 @@ TEST(MoeMxfp4, ExpertsToBf16AreExactInTheActivationLayout) {
         }
       }
   }
+}
+
+// The prefill's cuBLAS path end to end, as the model runs it: the experts decoded to BF16, the
+// rows gathered by expert, one BF16 GEMM per expert with rows, the bias added after: each row as
+// the CPU twin (the exact MXFP4 matmul of the BF16-rounded input), up to the order of sums.
+TEST(MoeMxfp4, DecodedExpertsThroughCublasEqualCpuTwin) {
+  const int T = 200, E = 5, k = 4, N = 64, K = 2880, Kp = mxfp4_act_cols(K);
+  const HostExperts W(E, N, K, 97);
+  const auto idx = skewed_choices(T, E, 98, k);
+  const auto x = randf(size_t(T) * K, 99, 2.0f);
+  const int P = cuda::moe_rows_max(T, k, E);
+  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
+  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+  const auto hseg = seg.get(), hpair = pair_row.get();
+  Dev<uint8_t> tiles(W.relaid);
+  Dev<float> dx(x), y(size_t(P) * N);
+  Dev<bf16> xb(size_t(P) * Kp), wb(size_t(E) * N * Kp);
+  cuda::mxfp4_experts_to_bf16({tiles.p, nullptr, E, N, K}, seg.p, as_dev_bf16(wb), nullptr);
+  cuda::to_bf16_mxfp4_layout(dx.p, hseg[E], K, as_dev_bf16(xb), nullptr, row_token.p);
+  cuda::Blas blas(nullptr);
+  for (int e = 0; e < E; ++e)
+    if (hseg[e + 1] > hseg[e])
+      blas.gemm_bf16(as_dev_bf16(wb) + size_t(e) * N * Kp, as_dev_bf16(xb) + size_t(hseg[e]) * Kp,
+                     y.p + size_t(hseg[e]) * N, hseg[e + 1] - hseg[e], N, Kp);
+  const auto got = y.get();
+  const auto xr = round_bf16(x);
+  std::vector<float> ref(N), row(N);
+  double worst = 0;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int e = idx[size_t(t) * k + j], r = hpair[size_t(t) * k + j];
+      cpu::f32_mxfp4w_matmul(&xr[size_t(t) * K], &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32],
+                             &W.bias[size_t(e) * N], ref.data(), 1, N, K);
+      for (int n = 0; n < N; ++n) row[n] = got[size_t(r) * N + n] + bf16_to_f32(W.bias[size_t(e) * N + n]);
+      worst = std::max(worst, rel_err(row, ref));
+    }
+  EXPECT_LT(worst, 5e-6);
 }
 
 // The gathered layout: row r of the output is input row in_rows[r] (zeros for padding, -1).

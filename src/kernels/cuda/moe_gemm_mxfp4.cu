@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kBlk = kMxfp4ActBlock;  // columns per weight stage (4 groups of 32)
+constexpr int kMaxExperts = 256;
 
 __device__ inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -357,6 +358,11 @@ __global__ void swiglu_bf16_kernel(const float* t, const int32_t* rows_end, int 
                                    float limit, bf16* a, const bf16* bias, const int32_t* seg, int experts) {
   pdl_wait();
   pdl_launch_dependents();
+  __shared__ int seg_sh[kMaxExperts + 1];  // with a bias: the segments, searched per row
+  if (bias) {
+    for (int e = threadIdx.x; e <= experts; e += blockDim.x) seg_sh[e] = __ldcg(seg + e);
+    __syncthreads();
+  }
   const int Ip = mxfp4_act_cols(I), pairs = Ip / 2;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(rows_max) * pairs) return;
@@ -368,7 +374,7 @@ __global__ void swiglu_bf16_kernel(const float* t, const int32_t* rows_end, int 
     int lo = 0, hi = experts;
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      if (__ldcg(seg + mid) <= r) lo = mid;
+      if (seg_sh[mid] <= r) lo = mid;
       else hi = mid;
     }
     b = bias + size_t(lo) * 2 * I;
@@ -476,7 +482,8 @@ void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t 
 
 void moe_swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha, float limit, bf16* a,
                      cudaStream_t st, const bf16* bias, const int32_t* seg, int experts) {
-  if (bias && (!seg || experts < 1)) fail_plain("moe_swiglu_bf16: an expert bias needs the segments");
+  if (bias && (!seg || experts < 1 || experts > kMaxExperts))
+    fail_plain("moe_swiglu_bf16: an expert bias needs the segments of 1 to 256 experts");
   if (rows_max == 0) return;
   const size_t n = size_t(rows_max) * mxfp4_act_cols(I) / 2;
   launch_pdl("swiglu", swiglu_bf16_kernel, unsigned((n + 255) / 256), 256, 0, st, t, rows_end, rows_max, I, alpha,
