@@ -606,10 +606,10 @@ TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {
   MoeRouteCase(GetParam(), 128);
 }
 
-// Prompt chunks (more than 64 tokens) take the tiled kernel: the same checks, bit for bit, at
-// tile remainders (65 = 4 tiles of 16 + 1) and a chunk's size.
+// Prompt chunks (more than 512 tokens) take the tiled kernel: the same checks, bit for bit, at
+// tiles of 1 token (513), 3 with a remainder (1000) and 7 (2048, a chunk's size).
 TEST(CudaFp8, MoeRouteTiledEqualsNormRouterTopk) {
-  for (int T : {65, 300, 2048}) {
+  for (int T : {513, 1000, 2048}) {
     MoeRouteCase(T, 32);
     MoeRouteCase(T, 128);
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_rows.cuh"
@@ -16,9 +17,11 @@ namespace osprey::cuda {
 
 namespace {
 
-// Up to this many tokens (decode steps, verify chunks), a block per (token, 8 experts) that loads
-// its router rows before its PDL wait; above, moe_route_tiled_kernel.
-constexpr int kRouteTiledAbove = 64;
+// Up to this many tokens (decode steps and verify chunks, whose buckets go to 128 and more), a
+// block per (token, 8 experts) that loads its router rows before its PDL wait; above, prompt
+// chunks take moe_route_tiled_kernel (at 128 tokens its 8 blocks of 16 took a 20b batch-128 step
+// from 20.4 to 21.4 ms).
+constexpr int kRouteTiledAbove = 512;
 
 // Counting sort of (token, choice) pairs by expert by one block; each expert's run padded to a
 // multiple of 4. idx is read coherently (.cg): in moe_route it was written by other blocks of the
@@ -202,9 +205,11 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
   check_row(H, "moe_route");
   const size_t Hp = size_t((H + 3) & ~3);
   if (T > kRouteTiledAbove) {
-    // Prompt chunks: tiles of tokens, as many as about 200 KB of shared memory holds (at most 16).
+    // Prompt chunks: tiles of up to 16 tokens, as many as about 200 KB of shared memory holds, and
+    // small enough for two blocks per SM.
     constexpr size_t kSmem = 200 * 1024;
-    const int tile = int(std::clamp<size_t>((kSmem / sizeof(float) - 3 * E - 1) / (Hp + E), 1, 16));
+    const int fits = int(std::clamp<size_t>((kSmem / sizeof(float) - 3 * E - 1) / (Hp + E), 1, 16));
+    const int tile = std::clamp(T / (2 * sm_count()), 1, fits);
     const size_t smem = std::max((Hp + E) * tile, size_t(3 * E + 1)) * sizeof(float);
     static const bool attr = [&] {
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
