@@ -439,8 +439,7 @@ struct GptOssCudaFp8::Impl {
       }
       return;
     }
-    cuda::ActSegments sg{nullptr, 1, T, ld};
-    cuda::fp8_gemm_skinny(W.data(), W.scale(), W.stride(), bias, xq, xs, sg, out, N, accumulate, N, K, T, stream);
+    cuda::fp8_gemm_dense(W.data(), W.scale(), W.stride(), bias, xq, xs, ld, out, N, accumulate, N, K, T, T, stream);
   }
   void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
              bool accumulate, float* tmp) {
@@ -453,8 +452,8 @@ struct GptOssCudaFp8::Impl {
                            const char* what) {
     const int N = W.rows, K = W.cols;
     DeviceArray<float> ref(size_t(T) * N);
-    cuda::ActSegments sg{nullptr, 1, T, T % 4 ? fp8::round4(T) : T};
-    cuda::fp8_gemm_skinny(W.data(e), W.scale(e), W.stride(), nullptr, xq, xs, sg, ref.ptr, N, false, N, K, T, stream);
+    cuda::fp8_gemm_dense(W.data(e), W.scale(e), W.stride(), nullptr, xq, xs, T % 4 ? fp8::round4(T) : T, ref.ptr, N,
+                         false, N, K, T, T, stream);
     std::vector<float> a(size_t(T) * N), b(a.size());
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(a.data(), lt_out, a.size() * 4, cudaMemcpyDeviceToHost, stream));
     OSPREY_CUDA_CHECK(cudaMemcpyAsync(b.data(), ref.ptr, b.size() * 4, cudaMemcpyDeviceToHost, stream));
@@ -464,8 +463,7 @@ struct GptOssCudaFp8::Impl {
     std::fprintf(stderr, "check %s M=%d N=%d K=%d e=%d: rel %.3e\n", what, T, N, K, e, std::sqrt(num / (den + 1e-30)));
   }
   void quantize_dense(const float* src, ActBuf& act, int T, int K) {
-    cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActSegments{nullptr, 1, T, fp8::round4(T)},
-                             stream);
+    cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActScales::dense(fp8::round4(T)), stream);
   }
 
   // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x and
@@ -524,11 +522,13 @@ struct GptOssCudaFp8::Impl {
       cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe || mxfp4 ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
                       {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream);
-      cuda::ActSegments sg{d_seg.ptr, E, P, 0, d_active.ptr, std::min(E, T * Kx)};
+      const cuda::ActScales by_expert = cuda::ActScales::by_expert(d_seg.ptr, E);
+      cuda::Fp8ExpertRows fp8_rows{.seg = d_seg.ptr, .experts = E, .rows = P, .active = d_active.ptr,
+                                   .active_max = std::min(E, T * Kx)};
       // Batch 1: an expert's segment is one real row and three padding rows; skipping the padding
       // lets the one-row tile run. From two tokens on it saves no pass of the 8-row tile, and with it
       // batch 64 measured 1.4% slower (same call on the H200: 13.87 against 13.68 ms).
-      if (T == 1) sg.row_live = d_row_token.ptr, sg.seg_rows_max = 1;
+      if (T == 1) fp8_rows.row_live = d_row_token.ptr, fp8_rows.rows_max = 1;
       // Rows an expert typically gets (twice the mean, at most every token).
       const int per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
       if (mxfp4 && pass.lt_moe) {
@@ -565,7 +565,7 @@ struct GptOssCudaFp8::Impl {
         rows.x_rows = nullptr;
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, rows, y.ptr, stream);
       } else if (pass.lt_moe) {
-        cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, sg, stream);
+        cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, by_expert, stream);
         OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
         OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
@@ -579,21 +579,22 @@ struct GptOssCudaFp8::Impl {
           lt->run(L.mlp1.data(e), L.mlp1.scale(e), xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
           if (check_lt && l == 0 && e < 2) compare_with_skinny(L.mlp1, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, e, "mlp1");
         });
-        cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, sg, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
+        cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr,
+                                  stream);
         each_expert([&](int e, int r0, int n) {
           lt->run(L.mlp2.data(e), L.mlp2.scale(e), act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0,
                   y.ptr + size_t(r0) * H, n, H, I);
         });
       } else {
-        cuda::ActSegments by_token = sg;        // each sorted row reads its token's quantized row
+        cuda::Fp8ExpertRows by_token = fp8_rows;  // each sorted row reads its token's quantized row
         by_token.x_rows = d_row_token.ptr, by_token.x_ld = ld;
-        cuda::fp8_gemm_skinny(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_h.q.ptr, act_h.s.ptr,
-                              by_token, t1.ptr, 2 * I, false, 2 * I, H, per_expert, stream);
-        cuda::moe_swiglu_quantize(t1.ptr, nullptr, sg, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
-        cuda::ActSegments sg2 = sg;
-        sg2.routed_early = early_ring;  // the route kernel is two kernels back
-        cuda::fp8_gemm_skinny(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr, act_a.s.ptr, sg2,
-                              y.ptr, H, false, H, I, per_expert, stream);
+        cuda::m_grouped_fp8_gemm_contiguous(L.mlp1.data(), L.mlp1.scale(), L.mlp1.stride(), L.b1.ptr, act_h.q.ptr,
+                                            act_h.s.ptr, by_token, t1.ptr, 2 * I, H, per_expert, stream);
+        cuda::moe_swiglu_quantize(t1.ptr, nullptr, by_expert, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
+        cuda::Fp8ExpertRows second = fp8_rows;
+        second.routed_early = early_ring;  // the route kernel is two kernels back
+        cuda::m_grouped_fp8_gemm_contiguous(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr,
+                                            act_a.s.ptr, second, y.ptr, H, I, per_expert, stream);
       }
       const cuda::bf16* next_norm = l + 1 < cfg.num_layers ? layers[l + 1].attn_norm.ptr : final_norm.ptr;
       cuda::moe_combine_norm(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, pass.lt_moe ? L.b2.ptr : nullptr, T, Kx, H,

@@ -110,7 +110,7 @@ TEST_P(Fp8Tokens, QuantizeActivationsBitIdenticalToCpu) {
   fp8::quantize_activations(x.data(), T, K, q.data(), s.data(), ld);
   Dev<float> dx(x), ds(s.size());
   Dev<uint8_t> dq(q.size());
-  cuda::quantize_act_1x128(dx.p, nullptr, T, K, dq.p, ds.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
+  cuda::quantize_act_1x128(dx.p, nullptr, T, K, dq.p, ds.p, cuda::ActScales::dense(ld), nullptr);
   EXPECT_EQ(dq.get(), q);
   auto gs = ds.get();
   for (int kb = 0; kb < KB; ++kb)
@@ -129,12 +129,11 @@ void SkinnyCaseImpl(int T, int K, int N) {
   Dev<bf16> db(bias);
   Dev<float> dx(x), xs(size_t(fp8::blocks(K)) * ld), y(ref.size());
   Dev<uint8_t> xq(x.size());
-  const cuda::ActSegments sg{nullptr, 1, T, ld};
-  cuda::quantize_act_1x128(dx.p, nullptr, T, K, xq.p, xs.p, sg, nullptr);
-  cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, false, N, K, T, nullptr);
+  cuda::quantize_act_1x128(dx.p, nullptr, T, K, xq.p, xs.p, cuda::ActScales::dense(ld), nullptr);
+  cuda::fp8_gemm_dense(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, ld, y.p, N, false, N, K, T, T, nullptr);
   EXPECT_LT(rel_err(y.get(), ref), 1e-5) << "T " << T << " K " << K << " N " << N;
   // Accumulate mode adds onto what is there.
-  cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, true, N, K, T, nullptr);
+  cuda::fp8_gemm_dense(dW.q.p, dW.s.p, W.scale_stride(), as_dev_bf16(db), xq.p, xs.p, ld, y.p, N, true, N, K, T, T, nullptr);
   std::vector<float> twice(ref);
   for (auto& v : twice) v *= 2;
   EXPECT_LT(rel_err(y.get(), twice), 1e-5) << "T " << T << " K " << K << " N " << N;
@@ -187,10 +186,10 @@ TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
   Dev<bf16> db(bias);
   Dev<float> dx(x), xs(size_t(P) * fp8::blocks(K) + 64), y(size_t(P) * N);
   Dev<uint8_t> xq(size_t(P) * K);
-  const cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
-  cuda::quantize_act_1x128(dx.p, row_token.p, P, K, xq.p, xs.p, sg, nullptr);
-  cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), xq.p, xs.p, sg, y.p, N, false, N, K,
-                        fp8::round4(T), nullptr);
+  const cuda::Fp8ExpertRows rows{.seg = seg.p, .experts = E, .rows = P, .active = active.p, .active_max = std::min(E, T * k)};
+  cuda::quantize_act_1x128(dx.p, row_token.p, P, K, xq.p, xs.p, cuda::ActScales::by_expert(seg.p, E), nullptr);
+  cuda::m_grouped_fp8_gemm_contiguous(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), xq.p, xs.p, rows, y.p, N, K,
+                                      fp8::round4(T), nullptr);
   auto got = y.get();
   // The same GEMM reading each token's row through x_rows (quantized once per token, dense scales):
   // the same codes and scales reach the same MMAs, so the result is identical.
@@ -198,20 +197,20 @@ TEST_P(Fp8Tokens, MoeSortAndGroupedSkinnyGemm) {
     const int ld = fp8::round4(T);
     Dev<float> ts(size_t(fp8::blocks(K)) * ld), y2(size_t(P) * N);
     Dev<uint8_t> tq(size_t(T) * K);
-    cuda::quantize_act_1x128(dx.p, nullptr, T, K, tq.p, ts.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
-    cuda::ActSegments by_token = sg;
+    cuda::quantize_act_1x128(dx.p, nullptr, T, K, tq.p, ts.p, cuda::ActScales::dense(ld), nullptr);
+    cuda::Fp8ExpertRows by_token = rows;
     by_token.x_rows = row_token.p, by_token.x_ld = ld;
-    cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), tq.p, ts.p, by_token, y2.p, N, false, N,
-                          K, fp8::round4(T), nullptr);
+    cuda::m_grouped_fp8_gemm_contiguous(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), tq.p, ts.p, by_token, y2.p,
+                                        N, K, fp8::round4(T), nullptr);
     auto got2 = y2.get();
     for (int r = 0; r < hseg[E]; ++r)
       for (int n = 0; n < N; ++n) ASSERT_EQ(got2[size_t(r) * N + n], got[size_t(r) * N + n]) << "row " << r;
     // Padding rows skipped (row_live) with T real rows per expert at most (T = 1: the one-row
     // tile, whose K-split count may differ, so the sums may differ in order): the real rows agree.
-    by_token.row_live = row_token.p, by_token.seg_rows_max = T;
+    by_token.row_live = row_token.p, by_token.rows_max = T;
     Dev<float> y3(size_t(P) * N);
-    cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), tq.p, ts.p, by_token, y3.p, N, false, N,
-                          K, fp8::round4(T), nullptr);
+    cuda::m_grouped_fp8_gemm_contiguous(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), tq.p, ts.p, by_token, y3.p,
+                                        N, K, fp8::round4(T), nullptr);
     auto got3 = y3.get();
     std::vector<float> live3, live;
     for (int r = 0; r < hseg[E]; ++r)
@@ -247,7 +246,7 @@ TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
   DevFp8 dW(W);
   Dev<float> dx(x), xs(size_t(fp8::blocks(K)) * M), y(ref.size());
   Dev<uint8_t> xq(x.size());
-  cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActSegments{nullptr, 1, M, M}, nullptr);
+  cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActScales::dense(M), nullptr);
   cuda::BlockFp8Gemm lt(nullptr);
   lt.run(dW.q.p, dW.s.p, xq.p, xs.p, y.p, M, N, K);
   EXPECT_LT(rel_err(y.get(), ref), 4e-3);  // tolerance covers a BF16 output if cuBLASLt offers no fp32 one
@@ -336,7 +335,7 @@ void PagedAttentionCase(int heads, int kvh, int d) {
       // Quantized output.
       Dev<uint8_t> q1(size_t(R) * Q), q2(size_t(R) * Q);
       Dev<float> s1(size_t(fp8::blocks(Q)) * ld), s2(s1.n);
-      cuda::quantize_act_1x128(out.p, nullptr, R, Q, q1.p, s1.p, cuda::ActSegments{nullptr, 1, R, ld}, nullptr);
+      cuda::quantize_act_1x128(out.p, nullptr, R, Q, q1.p, s1.p, cuda::ActScales::dense(ld), nullptr);
       cuda::paged_attention(cache.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, nullptr, R, heads, window, 0.125f,
                             splits, scratch.p, nullptr, {q2.p, s2.p, ld});
       EXPECT_EQ(q1.get(), q2.get());
@@ -447,7 +446,7 @@ TEST(CudaFp8, CublasLtScaleLayoutWithUnequalScales) {
   DevFp8 dW(W);
   Dev<float> dx(x), xs(size_t(KB) * M), y(ref.size());
   Dev<uint8_t> xq(x.size());
-  cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActSegments{nullptr, 1, M, M}, nullptr);
+  cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActScales::dense(M), nullptr);
   cuda::BlockFp8Gemm lt(nullptr);
   lt.run(dW.q.p, dW.s.p, xq.p, xs.p, y.p, M, N, K);
   const double err = rel_err(y.get(), ref);
@@ -475,7 +474,7 @@ TEST(CudaFp8, CublasLtSequenceOnAStream) {
       for (int k = 0; k < K; ++k) x[size_t(t) * K + k] *= float(1 << ((t + k / 128) % 5));
     Dev<float> dx(x), xs(size_t(fp8::blocks(K)) * M);
     Dev<uint8_t> xq(x.size());
-    cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActSegments{nullptr, 1, M, M}, st);
+    cuda::quantize_act_1x128(dx.p, nullptr, M, K, xq.p, xs.p, cuda::ActScales::dense(M), st);
     cuda::BlockFp8Gemm lt(st);
     std::vector<fp8::Matrix> Ws;
     std::vector<std::unique_ptr<DevFp8>> dWs;
@@ -510,7 +509,7 @@ TEST_P(Fp8Tokens, RmsNormQuantizeEqualsNormThenQuantize) {
   cuda::rmsnorm_to_f32(dx.p, as_dev_bf16(dg), h.p, T, H, 1e-5f, nullptr);
   cuda::rmsnorm_quantize(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q2.p, s2.p, ld, hout.p, nullptr);
   EXPECT_LT(rel_err(hout.get(), h.get()), 1e-6);
-  cuda::quantize_act_1x128(hout.p, nullptr, T, H, q1.p, s1.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
+  cuda::quantize_act_1x128(hout.p, nullptr, T, H, q1.p, s1.p, cuda::ActScales::dense(ld), nullptr);
   EXPECT_EQ(q1.get(), q2.get());
   auto a = s1.get(), b = s2.get();
   for (int kb = 0; kb < KB; ++kb)
@@ -573,7 +572,7 @@ void MoeRouteCase(int T, int E) {
     cuda::moe_route(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q2.p, s2.p, ld, h2.p, dr.p, as_dev_bf16(drb), E, k, l2.p,
                     counters.p, i2.p, w2.p, {seg.p, row_token.p, pair_row.p, active.p}, nullptr);
   EXPECT_LT(rel_err(h2.get(), h1.get()), 1e-6);
-  cuda::quantize_act_1x128(h2.p, nullptr, T, H, q1.p, s1.p, cuda::ActSegments{nullptr, 1, T, ld}, nullptr);
+  cuda::quantize_act_1x128(h2.p, nullptr, T, H, q1.p, s1.p, cuda::ActScales::dense(ld), nullptr);
   cuda::linear_f32_small(dr.p, h2.p, as_dev_bf16(drb), logits.p, T, E, H, nullptr);
   cuda::topk_softmax(logits.p, i1.p, w1.p, T, E, k, nullptr);
   EXPECT_EQ(q1.get(), q2.get());
@@ -622,7 +621,7 @@ TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
   const int P = cuda::moe_rows_max(T, k, E);
   DevSortedPairs sorted(idx, T, k, E);
   auto& [di, seg, row_token, pair_row, active] = sorted;
-  const cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
+  const cuda::ActScales sg = cuda::ActScales::by_expert(seg.p, E);
   auto hseg = seg.get();
   const int rows = hseg[E];
   auto t = randf(size_t(P) * 2 * I, 121, 12.0f);  // beyond the clamp limit (7) too
@@ -669,16 +668,17 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   std::vector<float> whole;  // every row computed, launched the ordinary way
   for (const bool skip_padding : {false, true}) {
     if (skip_padding && T != 1) continue;
-    cuda::ActSegments sg{seg.p, E, P, 0, active.p, std::min(E, T * k)};
-    if (skip_padding) sg.row_live = row_token.p, sg.seg_rows_max = 1;
+    cuda::Fp8ExpertRows sorted_rows{.seg = seg.p, .experts = E, .rows = P, .active = active.p,
+                                    .active_max = std::min(E, T * k)};
+    if (skip_padding) sorted_rows.row_live = row_token.p, sorted_rows.rows_max = 1;
     Dev<float> y1(size_t(P) * N), y2(y1.n);
-    cuda::moe_swiglu_quantize(dt.p, nullptr, sg, P, I, 1.702f, 7.0f, q.p, s.p, nullptr);
-    cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), q.p, s.p, sg, y1.p, N, false, N, I,
-                          fp8::round4(T), nullptr);
-    cuda::ActSegments early = sg;
+    cuda::moe_swiglu_quantize(dt.p, nullptr, cuda::ActScales::by_expert(seg.p, E), P, I, 1.702f, 7.0f, q.p, s.p, nullptr);
+    cuda::m_grouped_fp8_gemm_contiguous(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), q.p, s.p, sorted_rows, y1.p, N, I,
+                                        fp8::round4(T), nullptr);
+    cuda::Fp8ExpertRows early = sorted_rows;
     early.routed_early = true;
-    cuda::fp8_gemm_skinny(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), q.p, s.p, early, y2.p, N, false, N, I,
-                          fp8::round4(T), nullptr);
+    cuda::m_grouped_fp8_gemm_contiguous(dW.q.p, dW.s.p, all.scale_stride(), as_dev_bf16(db), q.p, s.p, early, y2.p, N, I,
+                                        fp8::round4(T), nullptr);
     auto a = y1.get(), b = y2.get();
     auto hrow = row_token.get();
     int checked = 0;

@@ -1,8 +1,8 @@
 // The FP8 path's kernels, by file: quantize.cu (128x128 block quantization of weights at load,
 // bit-identical to formats/fp8.h; 1x128 quantization of activations; RMSNorm fused with it),
 // moe_route.cu (the MoE's norm, router, top-k softmax and sort by expert, one kernel),
-// gemm_fp8.cu (the skinny FP8 GEMM on the tensor cores, mma.sync e4m3, for decode steps and every
-// GEMM with few rows, dense or grouped by expert; beside cuBLASLt's block-scaled GEMM,
+// gemm_fp8.cu (FP8 GEMMs of few rows on the tensor cores, mma.sync e4m3, for decode steps and every
+// GEMM with few rows: fp8_gemm_dense and m_grouped_fp8_gemm_contiguous; beside cuBLASLt's block-scaled GEMM,
 // gemm_fp8.cuh), moe_combine.cu (the experts' SwiGLU quantized for the second GEMM, the combine).
 // The MXFP4 experts' GEMMs are moe_gemm_mxfp4.cuh's. Formats and the CPU twins are in
 // formats/fp8.h and kernels/cpu/ops.h.
@@ -17,38 +17,20 @@ void quantize_bf16_block128(const bf16* w, int rows, int cols, uint8_t* q, float
 void quantize_mxfp4_block128(const uint8_t* blocks, const uint8_t* e8m0, int rows, int cols, uint8_t* q, float* s,
                              int s_stride, cudaStream_t st);
 
-// Row-segment layout of activation scales. Segment e holds rows [seg[e], seg[e+1]); its scales
-// are [KB][len_e] at offset KB * seg[e] (token-contiguous, what cuBLASLt's VEC128_32F reads for a
-// matrix of len_e rows). A single dense matrix is one segment {0, ld}.
-struct ActSegments {
-  const int32_t* seg = nullptr;  // device [n + 1]; null: one dense matrix of `rows` rows, scales [KB][ld]
-  int n = 1, rows = 0, ld = 0;
-  // Optional (grouped GEMMs): the segments that have rows, in order, -1 after the last; the GEMM
-  // then launches `active_max` segment slots instead of n (a decode step touches few experts).
-  const int32_t* active = nullptr;
-  int active_max = 0;
-  // Optional (skinny GEMM): row r reads activation row x_rows[r] (< 0: a zero row) of a dense
-  // matrix whose scales are [KB][x_ld], instead of row r of the segment layout. The MoE GEMMs read
-  // each token's quantized row this way instead of copying it once per chosen expert.
-  const int32_t* x_rows = nullptr;
-  int x_ld = 0;
-  // Optional (grouped skinny GEMM): row_live[r] < 0 marks padding rows, which follow a segment's
-  // real rows (MoeSorted's row_token does). The one-row tile (seg_rows_max 1) does not compute them
-  // (their outputs are left as they were); wider tiles compute them as any row.
-  const int32_t* row_live = nullptr;
-  // Optional (grouped skinny GEMM): a bound on any segment's computed rows (0: none known): T real
-  // rows with row_live, round4(T) without. A bound of 1 (batch 1) runs the one-row tile.
-  int seg_rows_max = 0;
-  // Optional (grouped): seg and active were written at least two kernels back and every kernel in
-  // between waits (pdl_wait) before it lets its dependents start, so they are complete when this
-  // GEMM starts: it reads them and fills its weight ring before its own wait, overlapping the
-  // kernel before it (the experts' second GEMM, after the first or the SwiGLU).
-  bool routed_early = false;
+// Where the 1x128 scales of a quantized activation matrix live: dense, [K/128][ld] with
+// ld >= rows; or, for rows sorted by expert (MoeSorted below), by expert: expert e's rows
+// [seg[e], seg[e + 1]) have their scales [K/128][len_e] at offset K/128 * seg[e] (token-contiguous,
+// what cuBLASLt's VEC128_32F reads for a matrix of those rows alone).
+struct ActScales {
+  const int32_t* seg = nullptr;  // device [experts + 1]; null: dense
+  int experts = 0, ld = 0;
+  static ActScales dense(int ld) { return {nullptr, 0, ld}; }
+  static ActScales by_expert(const int32_t* seg, int experts) { return {seg, experts, 0}; }
 };
 
 // Activations x [.][K] fp32 -> codes q [rows][K] and scales (1x128 blocks). Row r reads x row
 // in_rows[r] (null: r); in_rows[r] < 0 gives a zero row with scale 1 (padding).
-void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActSegments seg,
+void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActScales scales,
                         cudaStream_t st);
 
 // RMSNorm (as rmsnorm_to_f32) fused with quantize_act_1x128 of the result (dense layout with ld);
@@ -74,15 +56,48 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
                const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
                int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st);
 
-// Skinny FP8 GEMM on the tensor cores: for each segment e (expert e when grouped), rows r in the
-// segment: y[r][n] (+)= sum_b ws_e[n/128][b] * xs[r][b] * sum_{k in b} W_e[n][k] x[r][k] + bias_e[n].
-// W [E][N][K] codes, ws [E][round4(N/128)][ws_stride], bias [E][N] bf16 or null; x codes [rows][K]
-// with scales in `seg` layout; y rows y_ld apart. K % 16 == 0. rows_hint: the rows a segment
-// typically has (picks the tile width: 8, 16 or 32 rows per pass over the weights); every row of
-// every segment is computed whatever the hint. Grouped: `rows` bounds seg[n].
-void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
-                     const float* xs, ActSegments seg, float* y, int y_ld, bool accumulate, int N, int K,
-                     int rows_hint, cudaStream_t st);
+// FP8 GEMMs on the tensor cores (mma.sync e4m3) for few rows: each pass streams the weights once
+// for 1, 8, 16 or 32 rows (the tile picked from rows_hint; every row is computed whatever the
+// hint). W [E][N][K] codes (E = 1 dense), ws [E][round4(N/128)][ws_stride] (formats/fp8.h), bias
+// [E][N] bf16 or null. K % 16 == 0.
+//
+// Dense: y[t][n] (+)= sum_b ws[n/128][b] * xs[b][t] * sum_{k in b} W[n][k] x[t][k] + bias[n] for
+// t < T; x codes [T][K], scales [K/128][x_ld]; y rows y_ld apart.
+void fp8_gemm_dense(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
+                    const float* xs, int x_ld, float* y, int y_ld, bool accumulate, int N, int K, int T, int rows_hint,
+                    cudaStream_t st);
+
+// The rows of a grouped FP8 GEMM, sorted by expert (MoeSorted): expert e owns rows
+// [seg[e], seg[e + 1]), seg[experts] <= rows.
+struct Fp8ExpertRows {
+  const int32_t* seg = nullptr;
+  int experts = 0, rows = 0;
+  // The experts that have rows, in order, -1 after the last: the GEMM launches active_max expert
+  // slots instead of `experts` (a decode step touches few experts). Null: every expert.
+  const int32_t* active = nullptr;
+  int active_max = 0;
+  // Row r's activation: null, row r of x (codes [rows][K], scales by expert, ActScales); else
+  // token x_rows[r] (< 0: a zero row) of a dense matrix with scales [K/128][x_ld], so the first
+  // GEMM reads each token's quantized row instead of a copy per chosen expert.
+  const int32_t* x_rows = nullptr;
+  int x_ld = 0;
+  // row_live[r] < 0 marks padding rows (a suffix of each expert's rows, as MoeSorted's row_token
+  // has them) and rows_max bounds any expert's computed rows (0: none known). With rows_max 1
+  // (batch 1) the one-row tile runs and leaves padding rows' outputs as they were; wider tiles
+  // compute them as any row.
+  const int32_t* row_live = nullptr;
+  int rows_max = 0;
+  // seg and active were written at least two kernels back and every kernel in between waits
+  // (pdl_wait) before it lets its dependents start, so they are complete when this GEMM starts:
+  // it reads them and fills its weight ring before its own wait, overlapping the kernel before it
+  // (the experts' second GEMM, after the first or the SwiGLU).
+  bool routed_early = false;
+};
+// Grouped: y[r][n] = the dense product of expert e's W_e, ws_e, bias_e for every row r of e; y
+// [rows][N].
+void m_grouped_fp8_gemm_contiguous(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias,
+                                   const uint8_t* x, const float* xs, const Fp8ExpertRows& rows, float* y, int N, int K,
+                                   int rows_hint, cudaStream_t st);
 
 // MoE routing choices idx [T][k] sorted by expert (the MoeSorted layout above). One block; no
 // host sync. (moe_route sorts its own choices the same way.)
@@ -91,8 +106,9 @@ void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* ro
 inline int moe_rows_max(int T, int k, int E) { return T * k + 4 * E; }
 
 // t [rows][2I] (+ bias b1 of the row's expert when b1 != null) -> clamped SwiGLU, quantized in
-// 1x128 blocks into codes q [rows][I] and scales in the `seg` layout (rows past seg[n] untouched).
-void moe_swiglu_quantize(const float* t, const bf16* b1, ActSegments seg, int rows, int I, float alpha, float limit,
+// 1x128 blocks into codes q [rows][I] and scales laid out by expert (rows past seg[experts]
+// untouched).
+void moe_swiglu_quantize(const float* t, const bf16* b1, ActScales by_expert, int rows, int I, float alpha, float limit,
                          uint8_t* q, float* s, cudaStream_t st);
 // The MoE combine, x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (b2 [E][H] or null),
 // then rmsnorm_quantize of the new x with `gain` (the next layer's first norm, or the final one).

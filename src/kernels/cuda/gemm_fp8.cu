@@ -342,12 +342,11 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(con
   cp_async_wait<0>();  // nothing in flight into shared memory at exit
 }
 
-}  // namespace
-
+// The launcher behind fp8_gemm_dense and m_grouped_fp8_gemm_contiguous.
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
                      int rows_hint, cudaStream_t st) {
-  if (K % 16) fail_plain("fp8_gemm_skinny: K must be a multiple of 16 (got " + std::to_string(K) + ")");
+  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
   if (!sg.seg && sg.rows == 0) return;
   // K-splits per 16-row tile: the fewest that give every SM a block (a block's warps keep 3-5
   // weight blocks of 2 KB each in flight, enough to stream at full rate; more splits only add
@@ -379,7 +378,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   // set a decode GEMM's speed.
   auto run = [&](auto kernel, int NT, int R) {
     const size_t smem = skinny_smem_bytes(NT, R, K);
-    if (smem > kMaxStage) fail_plain("fp8_gemm_skinny: K = " + std::to_string(K) + " is too long to stage");
+    if (smem > kMaxStage) fail_plain("fp8 GEMM: K = " + std::to_string(K) + " is too long to stage");
     int ks = 1;
     while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
     if (!fewest) {
@@ -399,6 +398,30 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   else if (rows_hint <= 8) run(fp8_skinny_kernel<1, 8, 2>, 1, 8);
   else if (rows_hint <= 16) run(fp8_skinny_kernel<2, 16, 1>, 2, 16);
   else run(fp8_skinny_kernel<4, 32, 1>, 4, 32);
+}
+
+}  // namespace
+
+void fp8_gemm_dense(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
+                    const float* xs, int x_ld, float* y, int y_ld, bool accumulate, int N, int K, int T, int rows_hint,
+                    cudaStream_t st) {
+  if (x_ld < T) fail_plain("fp8_gemm_dense: the scales' stride is below the row count");
+  ActSegments sg;
+  sg.rows = T, sg.ld = x_ld;
+  fp8_gemm_skinny(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, rows_hint, st);
+}
+
+void m_grouped_fp8_gemm_contiguous(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias,
+                                   const uint8_t* x, const float* xs, const Fp8ExpertRows& rows, float* y, int N, int K,
+                                   int rows_hint, cudaStream_t st) {
+  if (!rows.seg || rows.experts < 1) fail_plain("m_grouped_fp8_gemm_contiguous: the rows need their experts' segments");
+  ActSegments sg;
+  sg.seg = rows.seg, sg.n = rows.experts, sg.rows = rows.rows;
+  sg.active = rows.active, sg.active_max = rows.active_max;
+  sg.x_rows = rows.x_rows, sg.x_ld = rows.x_ld;
+  sg.row_live = rows.row_live, sg.seg_rows_max = rows.rows_max;
+  sg.routed_early = rows.routed_early;
+  fp8_gemm_skinny(W, ws, ws_stride, bias, x, xs, sg, y, N, false, N, K, rows_hint, st);
 }
 
 }  // namespace osprey::cuda

@@ -92,9 +92,11 @@ void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const f
              eps, q, s, ld);
 }
 
-void moe_swiglu_quantize(const float* t, const bf16* b1, ActSegments sg, int rows, int I, float alpha, float limit,
+void moe_swiglu_quantize(const float* t, const bf16* b1, ActScales by_expert, int rows, int I, float alpha, float limit,
                          uint8_t* q, float* s, cudaStream_t st) {
   if (rows == 0) return;
+  if (!by_expert.seg) fail_plain("moe_swiglu_quantize: the scales are laid out by expert");
+  const ActSegments sg = act_segments(by_expert, rows);
   const size_t warps = size_t(rows) * ((I + kB - 1) / kB);
   launch_pdl("swiglu", moe_swiglu_quant_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, t, b1, sg, rows, I, alpha, limit,
              q, s);

@@ -115,9 +115,10 @@ void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps,
   launch_pdl("norm", rmsnorm_quant_kernel, T, kRowThreads, H * sizeof(float), st, x, gain, H, eps, q, s, ld, h_out);
 }
 
-void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActSegments sg,
+void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActScales scales,
                         cudaStream_t st) {
   if (rows == 0) return;
+  const ActSegments sg = act_segments(scales, rows);
   const size_t warps = size_t(rows) * ((K + kB - 1) / kB);
   launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s, sg);
 }
