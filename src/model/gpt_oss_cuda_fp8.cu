@@ -412,13 +412,6 @@ struct GptOssCudaFp8::Impl {
     bool decode_only() const { return prompts.empty(); }
     bool newest_only() const { return prompts.empty() && !multi_row; }
   };
-  const bool use_flash = !std::getenv("OSPREY_NO_FLASH");
-  // OSPREY_EARLY_RING=0 (measuring): the experts' second GEMM fills its weight ring after its
-  // PDL wait instead of before it.
-  const bool early_ring = cuda::env_switch("OSPREY_EARLY_RING");
-  // Decode attention merges its splits in the attention kernel's tail (no merge kernel);
-  // OSPREY_MERGE_TAIL=0 launches the merge kernel instead (measuring).
-  const bool merge_tail = cuda::env_switch("OSPREY_MERGE_TAIL");
 
   // Dense GEMM y [T][N] (+)= x . W^T + bias; the T activation rows already quantized: codes xq
   // [T][K], scales xs [K/128][ld]. From 32 rows on, cuBLASLt (prefill chunks and decode buckets of
@@ -430,7 +423,6 @@ struct GptOssCudaFp8::Impl {
     const int N = W.rows, K = W.cols;
     if (pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, N, K)) {
       lt->run(W.data(), W.scale(), xq, xs, accumulate ? tmp : out, ld, N, K);
-      if (check_lt) compare_with_skinny(W, xq, xs, accumulate ? tmp : out, T, 0, "dense");
       if (accumulate) {
         cuda::add_bias(tmp, bias, T, N, stream);
         cuda::add_inplace(out, tmp, size_t(T) * N, stream);
@@ -444,23 +436,6 @@ struct GptOssCudaFp8::Impl {
   void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
              bool accumulate, float* tmp) {
     dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp);
-  }
-  // Debugging aid (OSPREY_FP8_CHECK_LT=1): recompute a cuBLASLt product with the skinny kernel and
-  // print the relative difference.
-  const bool check_lt = std::getenv("OSPREY_FP8_CHECK_LT") != nullptr;
-  void compare_with_skinny(const Fp8Weight& W, const uint8_t* xq, const float* xs, const float* lt_out, int T, int e,
-                           const char* what) {
-    const int N = W.rows, K = W.cols;
-    DeviceArray<float> ref(size_t(T) * N);
-    cuda::fp8_gemm_dense(W.data(e), W.scale(e), W.stride(), nullptr, xq, xs, T % 4 ? fp8::round4(T) : T, ref.ptr, N,
-                         false, N, K, T, T, stream);
-    std::vector<float> a(size_t(T) * N), b(a.size());
-    OSPREY_CUDA_CHECK(cudaMemcpyAsync(a.data(), lt_out, a.size() * 4, cudaMemcpyDeviceToHost, stream));
-    OSPREY_CUDA_CHECK(cudaMemcpyAsync(b.data(), ref.ptr, b.size() * 4, cudaMemcpyDeviceToHost, stream));
-    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
-    std::fprintf(stderr, "check %s M=%d N=%d K=%d e=%d: rel %.3e\n", what, T, N, K, e, std::sqrt(num / (den + 1e-30)));
   }
   void quantize_dense(const float* src, ActBuf& act, int T, int K) {
     cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActScales::dense(fp8::round4(T)), stream);
@@ -500,8 +475,8 @@ struct GptOssCudaFp8::Impl {
       if (pass.decode_only()) {
         cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale,
                               splits, split_scratch.ptr, stream, {act_attn.q.ptr, act_attn.s.ptr, ld},
-                              merge_tail ? d_merge_count.ptr : nullptr, /*decode_rows=*/!pass.multi_row);
-      } else if (cfg.head_dim == 64 && use_flash) {
+                              d_merge_count.ptr, /*decode_rows=*/!pass.multi_row);
+      } else if (cfg.head_dim == 64) {
         const int Q = cfg.q_dim();
         if (pass.decode_rows > 0)
           cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, pass.decode_rows, cfg.num_heads,
@@ -577,7 +552,6 @@ struct GptOssCudaFp8::Impl {
           const uint8_t* xq = act_moe.q.ptr + size_t(r0) * H;
           const float* xs = act_moe.s.ptr + size_t(KBh) * r0;
           lt->run(L.mlp1.data(e), L.mlp1.scale(e), xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
-          if (check_lt && l == 0 && e < 2) compare_with_skinny(L.mlp1, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, e, "mlp1");
         });
         cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr,
                                   stream);
@@ -592,7 +566,7 @@ struct GptOssCudaFp8::Impl {
                                             act_h.s.ptr, by_token, t1.ptr, 2 * I, H, per_expert, stream);
         cuda::moe_swiglu_quantize(t1.ptr, nullptr, by_expert, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
         cuda::Fp8ExpertRows second = fp8_rows;
-        second.routed_early = early_ring;  // the route kernel is two kernels back
+        second.routed_early = true;  // the route kernel is two kernels back
         cuda::m_grouped_fp8_gemm_contiguous(L.mlp2.data(), L.mlp2.scale(), L.mlp2.stride(), L.b2.ptr, act_a.q.ptr,
                                             act_a.s.ptr, second, y.ptr, H, I, per_expert, stream);
       }

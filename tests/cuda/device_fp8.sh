@@ -3,7 +3,7 @@
 # them), correctness of `--backend cuda` (fp8, and bf16 for comparison) against the CPU engine's
 # fp32 and its fp8 emulation on synthetic checkpoints, then `bench --backend cuda` on the 20b
 # shape. Needs build/ from this machine's build and .devcarry/lib. Logs to $OUT. Decode under other
-# settings (OSPREY_PDL=none, OSPREY_MERGE_TAIL=0) or against an earlier build: device_ab.sh.
+# settings (OSPREY_PDL=none) or against an earlier build: device_ab.sh.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 df -h / /dev/shm | tail -2; free -g | head -2

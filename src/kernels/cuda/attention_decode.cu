@@ -334,11 +334,6 @@ __global__ void merge_splits_kernel(const float* scratch, float* out, int rows, 
 
 }  // namespace
 
-// OSPREY_ATTN_PREFETCH=0 (measuring): decode attention loads every tile after its PDL wait.
-bool attn_prefetch() {
-  static const bool on = env_switch("OSPREY_ATTN_PREFETCH");
-  return on;
-}
 
 // ~1024 warps in flight over all (row, KV head) pairs: up to 8 warps per block, then splits.
 constexpr int kDecodeWarps = 1024, kMaxWarpsPerSplit = 8;
@@ -362,7 +357,7 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
     const bool tail = merge_count && group * L.d % 128 == 0;
     // Early K/V loads for decode steps of up to 8 rows (a warp's one or two tiles are then most of
     // its work; at batch 1 they took 2.50 -> 2.44 ms).
-    const bool early = decode_rows && rows <= 8 && attn_prefetch();
+    const bool early = decode_rows && rows <= 8;
     launch_pdl("attn", early ? paged_decode_tc_kernel<true> : paged_decode_tc_kernel<false>, grid, 32 * W,
                W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s, L, q, sinks, slot, pos, heads, window, scale_log2, splits,
                scratch, tail ? merge_count : nullptr, out, quant);

@@ -125,7 +125,7 @@ void BlockFp8Gemm::run(const uint8_t* W, const float* ws, const uint8_t* x, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// The skinny FP8 GEMM (fp8.cuh fp8_gemm_skinny) puts 16 weight rows on the M side of an
+// The skinny FP8 GEMM (fp8.cuh fp8_gemm_dense, m_grouped_fp8_gemm_contiguous) puts 16 weight rows on the M side of an
 // mma.m16n8k32 e4m3 and up to 8 activation rows (tokens) on the N side, so a decode step reads
 // each weight byte once and the tensor cores do the arithmetic. Because a dot product may visit
 // k in any order as long as both operands agree, each thread loads 16 contiguous bytes of its
@@ -362,17 +362,6 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
                    fp8_skinny_kernel<4, 32, 1>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStage));
   });
-  static const bool fewest = [] {  // OSPREY_SKINNY_SPLITS=fewest: the previous split rule (measuring)
-    const char* v = std::getenv("OSPREY_SKINNY_SPLITS");
-    return v && std::string(v) == "fewest";
-  }();
-  // OSPREY_SKINNY_ONE_ROW (measuring): 0 never runs the one-row tile, "all" runs it for every
-  // one-row GEMM; by default only for those whose grid is one wave of it (the long unembedding
-  // keeps the 8-row tile at 2 blocks/SM: under ncu 170 us with it, 188 us with the one-row tile).
-  static const int one_row = [] {
-    const char* v = std::getenv("OSPREY_SKINNY_ONE_ROW");
-    return !v ? 1 : std::string(v) == "0" ? 0 : std::string(v) == "all" ? 2 : 1;
-  }();
   // K-splits per 16-row tile: the fewest that give every SM a block; then more while every block
   // is still resident at once (one wave): the bytes in flight, i.e. the warps streaming at once,
   // set a decode GEMM's speed.
@@ -381,10 +370,8 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
     if (smem > kMaxStage) fail_plain("fp8 GEMM: K = " + std::to_string(K) + " is too long to stage");
     int ks = 1;
     while (ks < kSkinnyWarps && blocks(ks) < size_t(sms) && ks * 2 <= KB) ks *= 2;
-    if (!fewest) {
-      const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kSkinnyWarps * 32, smem);
-      while (ks < kSkinnyWarps && ks * 2 <= KB && blocks(ks * 2) <= size_t(per_sm) * sms) ks *= 2;
-    }
+    const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kSkinnyWarps * 32, smem);
+    while (ks < kSkinnyWarps && ks * 2 <= KB && blocks(ks * 2) <= size_t(per_sm) * sms) ks *= 2;
     const int tiles_per_block = kSkinnyWarps / ks;
     const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
     launch_pdl("gemm", kernel, grid, kSkinnyWarps * 32, smem, st, W, ws, ws_stride, bias, x, xs, sg, y, y_ld,
@@ -392,8 +379,10 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   };
   // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
   const int rows_max = !sg.seg ? sg.rows : sg.seg_rows_max > 0 ? sg.seg_rows_max : 32;
-  const bool one_wave = blocks(1) <= size_t(3) * sms;  // the one-row tile runs 3 blocks per SM
-  if (rows_hint <= 8 && rows_max == 1 && (one_row == 2 || (one_row == 1 && one_wave)))
+  // The one-row tile (3 blocks per SM) only where its grid is one wave: the long unembedding keeps
+  // the 8-row tile at 2 blocks per SM (under ncu 170 us with it, 188 us with the one-row tile).
+  const bool one_wave = blocks(1) <= size_t(3) * sms;
+  if (rows_hint <= 8 && rows_max == 1 && one_wave)
     run(fp8_skinny_kernel<1, 1, 3>, 1, 1);
   else if (rows_hint <= 8) run(fp8_skinny_kernel<1, 8, 2>, 1, 8);
   else if (rows_hint <= 16) run(fp8_skinny_kernel<2, 16, 1>, 2, 16);

@@ -32,12 +32,6 @@ namespace osprey::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// A measuring switch (the A/B runs in docs/PERF.md): on unless the environment sets `name` to "0".
-inline bool env_switch(const char* name) {
-  const char* v = std::getenv(name);
-  return !v || std::string(v) != "0";
-}
-
 // out[t] = table[tokens[t]]            table [vocab][H] bf16, out [T][H] fp32
 void embedding(const bf16* table, const int32_t* tokens, float* out, int T, int H, cudaStream_t s);
 // y[t] = bf16(x[t] * rsqrt(mean(x^2) + eps) * gain)      x [T][H] fp32, y [T][H] bf16

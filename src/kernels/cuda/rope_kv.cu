@@ -61,9 +61,8 @@ void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* sl
                        const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s,
                        bool decode_rows) {
   if (rows == 0) return;
-  static const bool early = env_switch("OSPREY_ROPE_RELEASE_EARLY");  // measuring
   launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 1024, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q,
-             decode_rows && early);
+             decode_rows);
 }
 
 }  // namespace osprey::cuda
