@@ -16,6 +16,7 @@ namespace {
 // rows are padded to 72 BF16 (144 bytes) so that ldmatrix's eight row addresses hit distinct banks.
 constexpr int kFaWarps = 8, kFaRows = 16 * kFaWarps, kFaKeys = 64, kFaD = 64, kFaPad = 72;
 constexpr int kFaThreads = 32 * kFaWarps;
+static_assert(kFaKeys == kPage, "a key tile is one page: one page-table lookup per tile");
 
 struct FaTile {
   bf16 k[kFaKeys][kFaPad];

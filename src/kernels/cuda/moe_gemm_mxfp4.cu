@@ -427,6 +427,9 @@ __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf1
 }  // namespace
 
 void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st) {
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || !seg)
+    fail_plain("mxfp4_experts_to_bf16: N must be a multiple of 16, K of 32, with the experts' segments (got N " +
+               std::to_string(W.N) + ", K " + std::to_string(W.K) + ", " + std::to_string(W.experts) + " experts)");
   const size_t n = size_t(W.experts) * W.N * (mxfp4_act_cols(W.K) / kBlk) * 4;
   launch_pdl("dequant", mxfp4_to_bf16_kernel, unsigned((n + 255) / 256), 256, 0, st, W, seg, out);
 }

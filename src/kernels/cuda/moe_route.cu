@@ -205,8 +205,8 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
   check_row(H, "moe_route");
   const size_t Hp = size_t((H + 3) & ~3);
   if (T > kRouteTiledAbove) {
-    // Prompt chunks: tiles of up to 16 tokens, as many as about 200 KB of shared memory holds, and
-    // small enough for two blocks per SM.
+    // Prompt chunks: tiles of up to 16 tokens (as many as about 200 KB of shared memory holds), and
+    // no larger than gives every SM two blocks of the grid.
     constexpr size_t kSmem = 200 * 1024;
     const int fits = int(std::clamp<size_t>((kSmem / sizeof(float) - 3 * E - 1) / (Hp + E), 1, 16));
     const int tile = std::clamp(T / (2 * sm_count()), 1, fits);
