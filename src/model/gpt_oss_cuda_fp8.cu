@@ -454,6 +454,16 @@ struct GptOssCudaFp8::Impl {
     // The first layer's attention norm; every later norm comes with the previous layer's combine.
     cuda::rmsnorm_quantize(x.ptr, layers[0].attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, nullptr, stream);
     std::vector<int32_t> seg_host(E + 1);
+    // The experts' segments to the host (one sync; the cuBLAS(Lt) paths need each expert's rows),
+    // then fn(e, first row, rows) for every expert that has rows.
+    auto sync_segments = [&] {
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
+      OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    };
+    auto each_expert = [&](auto&& fn) {
+      for (int e = 0; e < E; ++e)
+        if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
+    };
     for (int l = 0; l < cfg.num_layers; ++l) {
       Layer& L = layers[l];
       const cuda::KvLayerView kv = view(l);
@@ -512,14 +522,9 @@ struct GptOssCudaFp8::Impl {
         // the combine). One host sync per layer, as for FP8 experts.
         const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I);
         cuda::mxfp4_experts_to_bf16(L.mx1.view(nullptr), d_seg.ptr, experts_bf16.ptr, stream);
-        OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
-        OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        sync_segments();
         // The sorted rows (row_token holds seg[E] of them; -1: padding, zeros).
         cuda::to_bf16_mxfp4_layout(h.ptr, seg_host[E], H, xb.ptr, stream, d_row_token.ptr);
-        auto each_expert = [&](auto&& fn) {
-          for (int e = 0; e < E; ++e)
-            if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
-        };
         each_expert([&](int e, int r0, int n) {
           blas->gemm_bf16(experts_bf16.ptr + size_t(e) * 2 * I * Hp, xb.ptr + size_t(r0) * Hp, t1.ptr + size_t(r0) * 2 * I,
                           n, 2 * I, Hp);
@@ -541,13 +546,8 @@ struct GptOssCudaFp8::Impl {
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, rows, y.ptr, stream);
       } else if (pass.lt_moe) {
         cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, by_expert, stream);
-        OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
-        OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+        sync_segments();
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
-        auto each_expert = [&](auto&& fn) {
-          for (int e = 0; e < E; ++e)
-            if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
-        };
         each_expert([&](int e, int r0, int n) {
           const uint8_t* xq = act_moe.q.ptr + size_t(r0) * H;
           const float* xs = act_moe.s.ptr + size_t(KBh) * r0;

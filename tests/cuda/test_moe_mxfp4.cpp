@@ -55,6 +55,28 @@ std::vector<int32_t> skewed_choices(int T, int E, uint32_t seed, int k = 4) {
   return idx;
 }
 
+// The worst relative error, over every (token, choice), of a grouped GEMM's output got [rows][N]
+// (rows sorted by expert: pair_row) against the CPU twin, the exact MXFP4 matmul of the
+// BF16-rounded input with the expert's bias; bias_after: got lacks the bias (it is added here).
+double worst_against_cpu_twin(const HostExperts& W, const std::vector<int32_t>& idx, const std::vector<float>& x,
+                              const std::vector<int32_t>& pair_row, const std::vector<float>& got, int T, int k,
+                              bool bias_after = false) {
+  const int N = W.N, K = W.K;
+  const auto xr = round_bf16(x);
+  std::vector<float> ref(N), row(N);
+  double worst = 0;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int e = idx[size_t(t) * k + j], r = pair_row[size_t(t) * k + j];
+      cpu::f32_mxfp4w_matmul(&xr[size_t(t) * K], &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32],
+                             &W.bias[size_t(e) * N], ref.data(), 1, N, K);
+      for (int n = 0; n < N; ++n)
+        row[n] = got[size_t(r) * N + n] + (bias_after ? bf16_to_f32(W.bias[size_t(e) * N + n]) : 0.0f);
+      worst = std::max(worst, rel_err(row, ref));
+    }
+  return worst;
+}
+
 class MoeMxfp4 : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 INSTANTIATE_TEST_SUITE_P(Awkward, MoeMxfp4,
                          ::testing::Values(std::tuple{1, false}, std::tuple{3, false}, std::tuple{129, false},
@@ -83,18 +105,7 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   const auto hpair = pair_row.get(), hrow = row_token.get(), hseg = seg.get();
   EXPECT_EQ(hseg[E] - hseg[E - 1], 0) << "expert E - 1 gets no rows";
   EXPECT_EQ((hseg[1] - hseg[0]) / 4, (T + 3) / 4) << "expert 0 gets every token";
-  const auto xr = round_bf16(x);
-  std::vector<float> ref(N), row(N);
-  double worst = 0;
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < k; ++j) {
-      const int e = idx[size_t(t) * k + j], r = hpair[size_t(t) * k + j];
-      cpu::f32_mxfp4w_matmul(&xr[size_t(t) * K], &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32],
-                             &W.bias[size_t(e) * N], ref.data(), 1, N, K);
-      std::copy_n(&got[size_t(r) * N], N, row.begin());
-      worst = std::max(worst, rel_err(row, ref));
-    }
-  EXPECT_LT(worst, 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
+  EXPECT_LT(worst_against_cpu_twin(W, idx, x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
   // The other path sums in the same order (the same K splits, the same MMA slots): the same bits,
   // so a row's result does not depend on how many rows its step has.
   {
@@ -276,19 +287,7 @@ TEST(MoeMxfp4, DecodedExpertsThroughCublasEqualCpuTwin) {
     if (hseg[e + 1] > hseg[e])
       blas.gemm_bf16(as_dev_bf16(wb) + size_t(e) * N * Kp, as_dev_bf16(xb) + size_t(hseg[e]) * Kp,
                      y.p + size_t(hseg[e]) * N, hseg[e + 1] - hseg[e], N, Kp);
-  const auto got = y.get();
-  const auto xr = round_bf16(x);
-  std::vector<float> ref(N), row(N);
-  double worst = 0;
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < k; ++j) {
-      const int e = idx[size_t(t) * k + j], r = hpair[size_t(t) * k + j];
-      cpu::f32_mxfp4w_matmul(&xr[size_t(t) * K], &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32],
-                             &W.bias[size_t(e) * N], ref.data(), 1, N, K);
-      for (int n = 0; n < N; ++n) row[n] = got[size_t(r) * N + n] + bf16_to_f32(W.bias[size_t(e) * N + n]);
-      worst = std::max(worst, rel_err(row, ref));
-    }
-  EXPECT_LT(worst, 5e-6);
+  EXPECT_LT(worst_against_cpu_twin(W, idx, x, hpair, y.get(), T, k, /*bias_after=*/true), 5e-6);
 }
 
 // The gathered layout: row r of the output is input row in_rows[r] (zeros for padding, -1).

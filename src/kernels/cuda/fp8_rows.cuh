@@ -13,30 +13,21 @@ constexpr int kB = 128;
 inline void check_launch() { OSPREY_CUDA_CHECK(cudaGetLastError()); }
 __host__ __device__ inline int round4(int n) { return (n + 3) / 4 * 4; }
 
-// The row layout the FP8 row kernels and the skinny GEMM read (the public entry points' ActScales
-// and Fp8ExpertRows, joined): segments [seg[e], seg[e + 1]) with their scales by expert, or one
-// dense matrix of `rows` rows with scales [KB][ld]; the grouped GEMM's options as Fp8ExpertRows.
-struct ActSegments {
-  const int32_t* seg = nullptr;
-  int n = 1, rows = 0, ld = 0;
-  const int32_t* active = nullptr;
-  int active_max = 0;
-  const int32_t* x_rows = nullptr;
-  int x_ld = 0;
-  const int32_t* row_live = nullptr;
-  int seg_rows_max = 0;
-  bool routed_early = false;
+// The row layout the FP8 row kernels and the skinny GEMM read: the grouped GEMM's rows
+// (Fp8ExpertRows: segments by expert, their scales by expert), or with seg null one dense matrix
+// of `rows` rows whose scales are [KB][ld].
+struct ActSegments : Fp8ExpertRows {
+  int ld = 0;
 };
 inline ActSegments act_segments(const ActScales& s, int rows) {
   ActSegments a;
-  if (s.seg) a.seg = s.seg, a.n = s.experts, a.rows = rows;
-  else a.rows = rows, a.ld = s.ld;
+  a.seg = s.seg, a.experts = s.experts, a.rows = rows, a.ld = s.ld;
   return a;
 }
 
 // The segment e with seg[e] <= r < seg[e + 1].
 __device__ inline int segment_of(const ActSegments& sg, int r) {
-  int lo = 0, hi = sg.n;
+  int lo = 0, hi = sg.experts;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
     if (sg.seg[mid] <= r) lo = mid;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_rows.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace osprey::cuda {
 
@@ -133,15 +134,6 @@ void BlockFp8Gemm::run(const uint8_t* W, const float* ws, const uint8_t* x, cons
 // 16-byte coalesced loads, no shared memory, no shuffles.
 
 namespace {
-
-__device__ inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Activations: written by the kernel before, which under PDL may still have been running when
 // this one started, so never through the non-coherent path (L2 only, .cg).
@@ -291,10 +283,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(con
           const uint4 b1 = in1 && staged ? *reinterpret_cast<const uint4*>(xr + 64) : make_uint4(0, 0, 0, 0);
 #pragma unroll
           for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
-          mma_e4m3(part[t], lo0.x, hi0.x, lo0.y, hi0.y, b0.x, b0.y);
-          mma_e4m3(part[t], lo0.z, hi0.z, lo0.w, hi0.w, b0.z, b0.w);
-          mma_e4m3(part[t], lo1.x, hi1.x, lo1.y, hi1.y, b1.x, b1.y);
-          mma_e4m3(part[t], lo1.z, hi1.z, lo1.w, hi1.w, b1.z, b1.w);
+          mma_e4m3_16832(part[t], lo0.x, hi0.x, lo0.y, hi0.y, b0.x, b0.y);
+          mma_e4m3_16832(part[t], lo0.z, hi0.z, lo0.w, hi0.w, b0.z, b0.w);
+          mma_e4m3_16832(part[t], lo1.x, hi1.x, lo1.y, hi1.y, b1.x, b1.y);
+          mma_e4m3_16832(part[t], lo1.z, hi1.z, lo1.w, hi1.w, b1.z, b1.w);
         }
         const float w_s = wse[kb];  // fold in the two scales of this 128-block
 #pragma unroll
@@ -351,7 +343,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
   // K-splits per 16-row tile: the fewest that give every SM a block (a block's warps keep 3-5
   // weight blocks of 2 KB each in flight, enough to stream at full rate; more splits only add
   // waves and reductions), never more splits than 128-blocks.
-  const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.n, row_tiles = (N + 15) / 16;
+  const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.experts, row_tiles = (N + 15) / 16;
   const int KB = (K + kB - 1) / kB;
   const int sms = sm_count();
   auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
@@ -378,7 +370,7 @@ void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf1
                accumulate, N, K, ks);
   };
   // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
-  const int rows_max = !sg.seg ? sg.rows : sg.seg_rows_max > 0 ? sg.seg_rows_max : 32;
+  const int rows_max = !sg.seg ? sg.rows : sg.rows_max > 0 ? sg.rows_max : 32;
   // The one-row tile (3 blocks per SM) only where its grid is one wave: the long unembedding keeps
   // the 8-row tile at 2 blocks per SM (under ncu 170 us with it, 188 us with the one-row tile).
   const bool one_wave = blocks(1) <= size_t(3) * sms;
@@ -405,11 +397,7 @@ void m_grouped_fp8_gemm_contiguous(const uint8_t* W, const float* ws, int ws_str
                                    int rows_hint, cudaStream_t st) {
   if (!rows.seg || rows.experts < 1) fail_plain("m_grouped_fp8_gemm_contiguous: the rows need their experts' segments");
   ActSegments sg;
-  sg.seg = rows.seg, sg.n = rows.experts, sg.rows = rows.rows;
-  sg.active = rows.active, sg.active_max = rows.active_max;
-  sg.x_rows = rows.x_rows, sg.x_ld = rows.x_ld;
-  sg.row_live = rows.row_live, sg.seg_rows_max = rows.rows_max;
-  sg.routed_early = rows.routed_early;
+  static_cast<Fp8ExpertRows&>(sg) = rows;
   fp8_gemm_skinny(W, ws, ws_stride, bias, x, xs, sg, y, N, false, N, K, rows_hint, st);
 }
 

@@ -1,6 +1,7 @@
-// Warp-level tensor-core primitives (mma.sync, ldmatrix, sm_80+) shared by the attention and the
-// MXFP4 expert kernels. Fragment layouts are PTX's for m16n8k16: a thread (lane = 4g + c) holds
-// A rows g and g + 8 at k columns 2c, 2c + 1 (+ 8) and B column g at k rows 2c, 2c + 1 (+ 8).
+// Warp-level tensor-core primitives (mma.sync, ldmatrix, sm_80+; e4m3 sm_89+) shared by the
+// attention, the FP8 GEMM and the MXFP4 expert kernels. Fragment layouts are PTX's for m16n8k16:
+// a thread (lane = 4g + c) holds A rows g and g + 8 at k columns 2c, 2c + 1 (+ 8) and B column g
+// at k rows 2c, 2c + 1 (+ 8).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -13,6 +14,17 @@ __device__ inline void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, u
                                       uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += a (16x32, row-major, e4m3) . b (32x8, column-major, e4m3), fp32 accumulators: the same
+// fragment layout with 4 codes per register.
+__device__ inline void mma_e4m3_16832(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

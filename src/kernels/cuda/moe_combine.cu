@@ -72,7 +72,7 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
   const int KB = (I + kB - 1) / kB;
   if (warp >= rows * KB) return;
   const int r = warp / KB, kb = warp % KB;
-  if (r >= sg.seg[sg.n]) return;
+  if (r >= sg.seg[sg.experts]) return;
   const bf16* b = b1 ? b1 + size_t(segment_of(sg, r)) * 2 * I : nullptr;
   float v[4];
   swiglu_block4(t + size_t(r) * 2 * I, kb, I, alpha, limit, v, b);

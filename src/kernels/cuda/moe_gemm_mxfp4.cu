@@ -436,7 +436,7 @@ void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* 
 
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                           cudaStream_t st) {
-  if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > 256)
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
     fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: N must be a multiple of 16, K of 32, experts in [1, 256] (got N " +
                std::to_string(W.N) + ", K " + std::to_string(W.K) + ", " + std::to_string(W.experts) + " experts)");
   if (rows.rows == 0) return;

@@ -68,7 +68,7 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   const int KB = (K + kB - 1) / kB;
   if (warp >= rows * KB) return;
   const int r = warp / KB, kb = warp % KB;
-  if (sg.seg && r >= sg.seg[sg.n]) return;
+  if (sg.seg && r >= sg.seg[sg.experts]) return;
   const int src = in_rows ? in_rows[r] : r;
   float v[4];
 #pragma unroll
