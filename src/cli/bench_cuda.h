@@ -19,6 +19,11 @@ struct BenchCudaArgs {
   // Prefill attention alone (one full and one sliding layer of the model's shape): prompt lengths
   // to time (empty: none).
   std::string attention_lens;
+  // Decode steps of up to 8 rows: "persistent" (one kernel a step, the default) or "per-op"; the
+  // persistent grid's blocks per SM; a file for one step's per-SM timeline (empty: none).
+  std::string decode_kernel = "persistent";
+  int persistent_blocks = 1;
+  std::string timeline;
   // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);
   // temperature 0 (the default) takes the argmax.
   float temperature = 0.0f, top_p = 1.0f;

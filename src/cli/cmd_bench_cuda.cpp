@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -28,6 +29,23 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// One persistent step's timeline as JSON: the grid, the phases' names and the stamps
+// [phases][grid][sm, start, first wait returned (0: no work), end] in ns, relative to the step's
+// earliest start.
+void write_timeline(const std::string& path, const GptOssCudaFp8::Timeline& t, int context, int batch) {
+  uint64_t t0 = UINT64_MAX;
+  for (size_t i = 0; i < t.stamps.size(); i += 4) t0 = std::min(t0, t.stamps[i + 1]);
+  nlohmann::json stamps = nlohmann::json::array();
+  for (size_t i = 0; i < t.stamps.size(); i += 4)
+    stamps.push_back({t.stamps[i], t.stamps[i + 1] - t0, t.stamps[i + 2] ? t.stamps[i + 2] - t0 : 0, t.stamps[i + 3] - t0});
+  const nlohmann::json j = {{"context", context}, {"batch", batch}, {"grid", t.grid}, {"phases", t.phases},
+                            {"stamps", stamps}};
+  std::ofstream f(path);
+  if (!f) fail("bench: cannot write the timeline to {}", path);
+  f << j.dump() << "\n";
+  log_info("timeline of one decode step (context {}, batch {}) written to {}", context, batch, path);
+}
+
 }  // namespace
 
 void run_bench_cuda(const BenchCudaArgs& a) {
@@ -48,7 +66,9 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
-                          .max_draft = max_draft, .experts = a.weights.experts(w)});
+                          .max_draft = max_draft, .experts = a.weights.experts(w),
+                          .persistent_decode = a.decode_kernel == "persistent",
+                          .persistent_blocks_per_sm = a.persistent_blocks});
   CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
@@ -73,6 +93,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"fp8_tflops_ceiling", a.fp8_tflops},
                         {"usd_per_gpu_hour", a.usd_per_gpu_hour},
                         {"cuda_graphs", a.graphs},
+                        {"decode_kernel", a.decode_kernel},
+                        {"persistent_blocks_per_sm", a.persistent_blocks},
                         {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
@@ -96,6 +118,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   fmt::print("\ndecode steps select tokens on the GPU: {}\n",
              a.temperature > 0.0f ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
                                   : std::string("argmax"));
+  bool timeline_written = false;
   fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ctx : contexts)
@@ -116,6 +139,14 @@ void run_bench_cuda(const BenchCudaArgs& a) {
         auto t = clock_type::now();
         for (int s = 0; s < a.steps; ++s) next = step_tokens(next);
         const double step = seconds_since(t) / a.steps;
+        const bool persistent = model.persistent_decode(b);
+        row["persistent"] = persistent;
+        if (!a.timeline.empty() && !timeline_written && persistent) {
+          model.record_timeline();
+          next = step_tokens(next);
+          write_timeline(a.timeline, model.decode_timeline(), ctx, b);
+          timeline_written = true;
+        }
         const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2,
                                                                   mxfp4);
         const double usd = usd_per_s / tps * 1e6;

@@ -20,6 +20,7 @@
 #include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/decode_persistent.cuh"
 #include "kernels/cuda/sample.cuh"
 
 namespace osprey {
@@ -120,6 +121,11 @@ struct GptOssCudaFp8::Impl {
   DeviceArray<cuda::bf16> experts_bf16;
   std::unique_ptr<cuda::Blas> blas;
   std::map<int, cudaGraphExec_t> graphs;
+  // The persistent decode kernel's plan per decode bucket (built on the bucket's first step).
+  std::map<int, std::unique_ptr<cuda::PersistentDecode>> persistent;
+  // bench --timeline: the next persistent step records its stamps here.
+  bool timeline_next = false;
+  GptOssCudaFp8::Timeline timeline;
 
   cuda::KvLayerView view(int l) {
     cuda::KvLayerView L;
@@ -348,6 +354,10 @@ struct GptOssCudaFp8::Impl {
       tables[g] = upload(tables_host[g].data(), tables_host[g].size());
     }
     OSPREY_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 4));
+    const int group = cfg.num_heads / cfg.num_kv_heads;
+    persistent_shapes = mxfp4 && cfg.head_dim == 64 && group <= 16 && group * cfg.head_dim % 128 == 0 &&
+                        cfg.experts_per_token <= 8 && cfg.hidden <= 4096 &&
+                        std::all_of(layers.begin(), layers.end(), [](const Layer& L) { return L.fused_qkv; });
   }
 
   ~Impl() {
@@ -441,6 +451,23 @@ struct GptOssCudaFp8::Impl {
     cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActScales::dense(fp8::round4(T)), stream);
   }
 
+  // The rows of the MXFP4 experts' first GEMM of a T-row forward, sorted by expert (the route
+  // kernel's MoeSorted): each reads its token's norm output; the second GEMM's (second_rows) read
+  // the SwiGLU's output rows in order.
+  cuda::ExpertRows expert_rows(int T) const {
+    const int E = cfg.num_experts, Kx = cfg.experts_per_token;
+    cuda::ExpertRows rows;
+    rows.seg = d_seg.ptr, rows.active = d_active.ptr, rows.active_max = std::min(E, T * Kx);
+    rows.row_live = d_row_token.ptr, rows.x_rows = d_row_token.ptr, rows.rows = cuda::moe_rows_max(T, Kx, E);
+    // Rows an expert typically gets (twice the mean, at most every token).
+    rows.rows_per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
+    return rows;
+  }
+  static cuda::ExpertRows second_rows(cuda::ExpertRows rows) {
+    rows.x_rows = nullptr;
+    return rows;
+  }
+
   // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x and
   // its final norm, quantized, in act_h (the unembedding's input).
   // pass.lt_moe: the experts through cuBLASLt (FP8) or cuBLAS on BF16-decoded weights (MXFP4),
@@ -504,9 +531,12 @@ struct GptOssCudaFp8::Impl {
       }
       dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
-      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe || mxfp4 ? h.ptr : nullptr,
+      // The norm's output also in fp32 (h) for the cuBLAS(Lt) expert paths' gathers, and as BF16 in
+      // the MXFP4 activation layout (xb) for the MXFP4 kernels.
+      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
-                      {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream);
+                      {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream,
+                      mxfp4 && !pass.lt_moe ? xb.ptr : nullptr);
       const cuda::ActScales by_expert = cuda::ActScales::by_expert(d_seg.ptr, E);
       cuda::Fp8ExpertRows fp8_rows{.seg = d_seg.ptr, .experts = E, .rows = P, .active = d_active.ptr,
                                    .active_max = std::min(E, T * Kx)};
@@ -536,14 +566,10 @@ struct GptOssCudaFp8::Impl {
                           Ip);
         });
       } else if (mxfp4) {
-        cuda::to_bf16_mxfp4_layout(h.ptr, T, H, xb.ptr, stream);
-        cuda::ExpertRows rows;
-        rows.seg = d_seg.ptr, rows.active = d_active.ptr, rows.active_max = std::min(E, T * Kx);
-        rows.row_live = d_row_token.ptr, rows.x_rows = d_row_token.ptr, rows.rows = P, rows.rows_per_expert = per_expert;
+        const cuda::ExpertRows rows = expert_rows(T);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream);
         cuda::moe_swiglu_bf16(t1.ptr, d_seg.ptr + E, P, I, alpha, limit, ab.ptr, stream);
-        rows.x_rows = nullptr;
-        cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, rows, y.ptr, stream);
+        cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {
         cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, by_expert, stream);
         sync_segments();
@@ -686,8 +712,84 @@ struct GptOssCudaFp8::Impl {
     return (T + m - 1) / m * m;
   }
 
-  // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body).
+  // Whether decode steps of bucket b run as the persistent kernel (Options::persistent_decode).
+  bool persistent_shapes = false;  // set at construction: the shapes the kernel's phases take
+  bool persistent_ok(int b) const { return opt.persistent_decode && persistent_shapes && b <= 8; }
+
+  // The persistent kernel's plan of a decode step of bucket b: the phases of decode_body's
+  // kernels, in order, on the same buffers.
+  cuda::PersistentDecode& persistent_plan(int b) {
+    std::unique_ptr<cuda::PersistentDecode>& slot = persistent[b];
+    if (slot) return *slot;
+    auto plan = std::make_unique<cuda::PersistentDecode>(opt.persistent_blocks_per_sm);
+    cuda::PersistentDecode& P = *plan;
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
+    const int Kx = cfg.experts_per_token, ld = fp8::round4(b), rows_max = cuda::moe_rows_max(b, Kx, E);
+    const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
+    const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
+    // KV splits of the full layers: about one (row, KV head, split) block per persistent block.
+    const int splits = std::clamp(P.grid() / (b * cfg.num_kv_heads), 1, decode_splits());
+    P.embed_norm(embed.ptr, d_tok.ptr, x.ptr, b, H, layers[0].attn_norm.ptr, eps, act_h.q.ptr, act_h.s.ptr, ld);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      const Layer& L = layers[l];
+      const cuda::KvLayerView kv = view(l);
+      const int window = L.sliding ? cfg.sliding_window : 0;
+      P.label("layer " + std::to_string(l));
+      P.fp8_gemm("qkv", L.qkv.data(), L.qkv.scale(), L.qkv.stride(), L.qkv_bias.ptr, act_h.q.ptr, act_h.s.ptr, ld,
+                 qkv.ptr, Q + 2 * KV, /*accumulate=*/false, Q + 2 * KV, H, b);
+      P.qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, b, cfg.num_heads, q.ptr);
+      P.attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, b, cfg.num_heads, window, scale,
+                  L.sliding ? std::min(splits, window / cuda::kPage + 2) : splits, split_scratch.ptr,
+                  {act_attn.q.ptr, act_attn.s.ptr, ld}, d_merge_count.ptr);
+      P.fp8_gemm("o", L.o.data(), L.o.scale(), L.o.stride(), L.o_bias.ptr, act_attn.q.ptr, act_attn.s.ptr, ld, x.ptr, H,
+                 /*accumulate=*/true, H, Q, b);
+      P.moe_route(x.ptr, L.mlp_norm.ptr, b, H, eps, act_h.q.ptr, act_h.s.ptr, ld, xb.ptr, L.router.ptr,
+                  L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
+                  {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr});
+      const cuda::ExpertRows rows = expert_rows(b);
+      P.mxfp4_gemm("experts up", L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr);
+      P.swiglu_bf16(t1.ptr, d_seg.ptr + E, rows_max, I, alpha, limit, ab.ptr);
+      P.mxfp4_gemm("experts down", L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr);
+      const cuda::bf16* next_norm = l + 1 < cfg.num_layers ? layers[l + 1].attn_norm.ptr : final_norm.ptr;
+      P.combine_norm(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, b, Kx, H, next_norm, eps, act_h.q.ptr,
+                     act_h.s.ptr, ld);
+    }
+    P.label("");
+    P.fp8_gemm("unembedding", unembed.data(), unembed.scale(), unembed.stride(), nullptr, act_h.q.ptr, act_h.s.ptr, ld,
+               logits.ptr, cfg.vocab, /*accumulate=*/false, cfg.vocab, H, b);
+    P.argmax(logits.ptr, b, cfg.vocab, d_out_id.ptr);
+    P.finish();
+    slot = std::move(plan);
+    return *slot;
+  }
+
+  // bench --timeline: the stamps of the persistent step (device [phases][grid][4]).
+  DeviceArray<uint64_t> timeline_stamps;
+  void collect_timeline(const cuda::PersistentDecode& P) {
+    timeline.grid = P.grid();
+    timeline.phases = P.names();
+    timeline.stamps.resize(size_t(P.phases()) * P.grid() * 4);
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(timeline.stamps.data(), timeline_stamps.ptr, timeline.stamps.size() * 8,
+                                      cudaMemcpyDeviceToHost, stream));
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    timeline_next = false;
+  }
+
+  // The decode step of a bucket: layers, unembedding and argmax of `b` rows (graph body), as the
+  // persistent kernel where it runs.
   void decode_body(int b, bool multi_row) {
+    if (!multi_row && persistent_ok(b)) {
+      cuda::PersistentDecode& P = persistent_plan(b);
+      if (timeline_next) {
+        timeline_stamps.ensure(size_t(P.phases()) * P.grid() * 4);
+        OSPREY_CUDA_CHECK(cudaMemsetAsync(timeline_stamps.ptr, 0, timeline_stamps.n * 8, stream));
+        P.launch(stream, timeline_stamps.ptr);
+        collect_timeline(P);
+        return;
+      }
+      P.launch(stream);
+      return;
+    }
     Pass pass;
     pass.decode_rows = b, pass.lt_dense = opt.cublaslt, pass.multi_row = multi_row;
     pass.attn_splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
@@ -712,10 +814,11 @@ struct GptOssCudaFp8::Impl {
       set_rows(tok.data(), sl.data(), pos.data(), b);
       st.logit_rows = b;
       const bool multi = st.pass.multi_row;
-      if (!opt.graphs) return decode_body(b, multi);
+      if (!opt.graphs || (timeline_next && !multi && persistent_ok(b))) return decode_body(b, multi);
       const int key = b * 2 + int(multi);  // verify steps have graphs of their own
       auto it = graphs.find(key);
       if (it == graphs.end()) {
+        if (!multi && persistent_ok(b)) persistent_plan(b);  // its allocations and copies outside the capture
         cudaGraph_t g;
         OSPREY_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         decode_body(b, multi);
@@ -890,6 +993,9 @@ std::vector<int32_t> GptOssCudaFp8::forward_select(std::span<const Chunk> chunks
 }
 std::vector<float> GptOssCudaFp8::forward_all_logits(const Chunk& chunk) { return impl_->forward_all_logits(chunk); }
 void GptOssCudaFp8::randomize_kv() { impl_->randomize_kv(); }
+bool GptOssCudaFp8::persistent_decode(int rows) const { return impl_->persistent_ok(Impl::decode_bucket(rows)); }
+void GptOssCudaFp8::record_timeline() { impl_->timeline_next = true; }
+const GptOssCudaFp8::Timeline& GptOssCudaFp8::decode_timeline() const { return impl_->timeline; }
 void GptOssCudaFp8::synchronize() { OSPREY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 double GptOssCudaFp8::weight_bytes() const { return impl_->weight_bytes; }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/gpt_oss_weights.h"
@@ -45,6 +46,11 @@ class GptOssCudaFp8 {
     // relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
     bool cublaslt = true;
     ExpertWeights experts = ExpertWeights::Mxfp4;  // a converted FP8 checkpoint has only Fp8
+    // Decode steps of up to 8 rows (not speculative verify chunks) as one persistent kernel
+    // (kernels/cuda/decode_persistent.cuh) where the model allows it: MXFP4 experts, head_dim 64,
+    // q, k and v fused; else, and with false, kernel by kernel.
+    bool persistent_decode = true;
+    int persistent_blocks_per_sm = 1;  // the persistent grid: 1 or 2 blocks per SM
   };
   GptOssCudaFp8(const GptOssWeights& w, const Options& opt);
   ~GptOssCudaFp8();
@@ -97,6 +103,20 @@ class GptOssCudaFp8 {
   std::vector<float> last_hidden(size_t k);
   // Every position's logits [T][vocab] of one chunk (any length: run in pieces of max_rows).
   std::vector<float> forward_all_logits(const Chunk& chunk);
+
+  // Whether a decode step of `rows` single tokens runs as the persistent kernel.
+  bool persistent_decode(int rows) const;
+  // The persistent kernel's per-SM timeline of one decode step (bench --timeline): the step after
+  // this call runs with time stamps (outside its graph), then decode_timeline() holds them.
+  struct Timeline {
+    int grid = 0;                     // persistent blocks
+    std::vector<std::string> phases;  // each phase's name, in order
+    // [phases][grid][4]: the block's SM, its start of the phase, when its first wait returned (0:
+    // no work in the phase) and its end, in ns of the GPU's global timer.
+    std::vector<uint64_t> stamps;
+  };
+  void record_timeline();
+  const Timeline& decode_timeline() const;
 
   // Benchmarks: every block of the pool holds random keys and values, as after prefills (a decode
   // step then reads exactly the bytes a real one does).

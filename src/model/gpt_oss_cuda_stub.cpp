@@ -41,6 +41,9 @@ std::vector<int32_t> GptOssCudaFp8::forward_select(std::span<const Chunk>, std::
 }
 std::vector<float> GptOssCudaFp8::forward_all_logits(const Chunk&) { fail("no CUDA backend"); }
 void GptOssCudaFp8::randomize_kv() {}
+bool GptOssCudaFp8::persistent_decode(int) const { return false; }
+void GptOssCudaFp8::record_timeline() { fail("no CUDA backend"); }
+const GptOssCudaFp8::Timeline& GptOssCudaFp8::decode_timeline() const { fail("no CUDA backend"); }
 void GptOssCudaFp8::synchronize() {}
 double GptOssCudaFp8::weight_bytes() const { return 0; }
 double GptOssCudaFp8::measure_copy_bandwidth() { fail("no CUDA backend"); }

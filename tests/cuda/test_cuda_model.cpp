@@ -343,6 +343,90 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
   }
 }
 
+// The persistent decode kernel (the default for decode steps of up to 8 rows) against the same
+// model kernel by kernel: the same bodies and roundings, only the dense GEMMs' K-splits and the
+// norms' thread count (the order of fp32 sums) differ, so the logits agree to ~1e-6 and greedy
+// decoding gives the same tokens, at batch 1, 3 (a bucket of 4 with padding rows) and 8, with the
+// window layers' ring wrapping (prompts past 128 positions).
+TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
+  test::TempDir dir;
+  GptOssWeights w = mini_weights(dir, 21);
+  const GptOssCudaFp8::Options o{.slots = 8, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
+                                 .cublaslt = false};
+  GptOssCudaFp8::Options op = o;
+  op.persistent_decode = false;
+  GptOssCudaFp8 mp(w, o), mk(w, op);
+  ASSERT_TRUE(mp.persistent_decode(1) && mp.persistent_decode(8) && !mp.persistent_decode(9));
+  ASSERT_FALSE(mk.persistent_decode(1));
+  const int V = w.config.vocab;
+  std::mt19937 rng(9);
+  for (int B : {1, 3, 8}) {
+    CudaSlots a(mp), b(mk);
+    std::vector<int32_t> slots(B), toks(B);
+    for (int i = 0; i < B; ++i) {
+      slots[i] = i;
+      std::vector<int32_t> prompt(40 + 37 * i);
+      for (auto& t : prompt) t = int32_t(rng() % 200000);
+      a.prefill_logits(i, prompt, false);
+      b.prefill_logits(i, prompt, false);
+      toks[i] = int32_t(rng() % 200000);
+    }
+    std::vector<std::vector<float>> la = a.decode_logits(slots, toks), lb = b.decode_logits(slots, toks);
+    for (int i = 0; i < B; ++i) {
+      EXPECT_LT(rel_diff(la[i].data(), lb[i].data(), size_t(V)), 2e-6) << "B " << B << " row " << i;
+      EXPECT_EQ(std::max_element(la[i].begin(), la[i].end()) - la[i].begin(),
+                std::max_element(lb[i].begin(), lb[i].end()) - lb[i].begin());
+    }
+    std::vector<GptOssCudaFp8::RowSampling> greedy(B);
+    std::vector<int32_t> ta = toks, tb = toks;
+    for (int step = 0; step < 24; ++step) {
+      ta = a.decode_select(slots, ta, greedy);
+      tb = b.decode_select(slots, tb, greedy);
+      ASSERT_EQ(ta, tb) << "B " << B << " step " << step;
+    }
+  }
+}
+
+// The persistent kernel's timeline: one record per (phase, block), each block's phase starting
+// before its first wait returns and ending after it, and no block's work in phase p starting
+// before every block has started phase p - 1 (the counter's barrier), with the phases named.
+TEST(CudaFp8Model, PersistentDecodeTimeline) {
+  test::TempDir dir;
+  GptOssWeights w = mini_weights(dir, 22);
+  GptOssCudaFp8 m(w, {.slots = 2, .max_context = 512, .max_rows = 128, .graphs = true, .kv_blocks = 32});
+  CudaSlots s(m);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5}, slots = {0};
+  s.prefill_logits(0, prompt, false);
+  const int32_t tok = 7;
+  s.decode_select(slots, std::span(&tok, 1), std::vector<GptOssCudaFp8::RowSampling>(1));  // the graph
+  m.record_timeline();
+  s.decode_select(slots, std::span(&tok, 1), std::vector<GptOssCudaFp8::RowSampling>(1));
+  const GptOssCudaFp8::Timeline& t = m.decode_timeline();
+  const size_t P = t.phases.size(), G = size_t(t.grid);
+  ASSERT_GT(G, 0u);
+  // embed+norm, 9 phases a layer (2 layers), unembedding, argmax (2)
+  ASSERT_EQ(P, size_t(1 + 9 * w.config.num_layers + 3));
+  ASSERT_EQ(t.stamps.size(), P * G * 4);
+  EXPECT_EQ(t.phases[1], "layer 0 qkv");
+  EXPECT_EQ(t.phases.back(), "argmax final");
+  auto at = [&](size_t p, size_t b, int f) { return t.stamps[(p * G + b) * 4 + size_t(f)]; };
+  size_t worked = 0;
+  for (size_t p = 0; p < P; ++p) {
+    uint64_t prev_start = 0;
+    if (p > 0)
+      for (size_t b = 0; b < G; ++b) prev_start = std::max(prev_start, at(p - 1, b, 1));
+    for (size_t b = 0; b < G; ++b) {
+      ASSERT_LE(at(p, b, 1), at(p, b, 3)) << "phase " << p;
+      if (at(p, b, 2) == 0) continue;  // no work on this block
+      ++worked;
+      EXPECT_LE(at(p, b, 1), at(p, b, 2)) << "phase " << p;
+      EXPECT_LE(at(p, b, 2), at(p, b, 3)) << "phase " << p;
+      EXPECT_GE(at(p, b, 2), prev_start) << "phase " << p << " block " << b;
+    }
+  }
+  EXPECT_GE(worked, P);  // every phase had work somewhere
+}
+
 // Proposes what a reference run produced, with every third draft token wrong: verification on the
 // GPU must accept up to the first wrong one and still emit the reference tokens.
 class ScriptedProposer final : public Proposer {

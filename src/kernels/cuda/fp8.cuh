@@ -51,10 +51,12 @@ struct MoeSorted {
 // linear_f32_small, into logits [T][E]), the top-k softmax (topk_softmax): idx, w [T][k], and
 // those choices sorted by expert as moe_sort does. One kernel: of T x E/8 blocks for up to 512
 // tokens, of tiles of tokens that share each router row above (the same bits); counters [T + 1]
-// must be zero before the first call (they are left zero).
+// must be zero before the first call (they are left zero). h_mxfp4 (optional): the normalized rows
+// also as BF16 in the MXFP4 activation layout [T][round128(H)] (what to_bf16_mxfp4_layout makes
+// of h_out), the MXFP4 experts' input.
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
                const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
-               int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st);
+               int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st, bf16* h_mxfp4 = nullptr);
 
 // FP8 GEMMs on the tensor cores (mma.sync e4m3) for few rows: each pass streams the weights once
 // for 1, 8, 16 or 32 rows (the tile picked from rows_hint; every row is computed whatever the

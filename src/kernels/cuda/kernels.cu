@@ -2,6 +2,7 @@
 // one warp or block per row, fp32 math; the GEMMs go to cuBLAS (gemm.cu).
 #include <cfloat>
 
+#include "kernels/cuda/argmax_body.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -211,45 +212,18 @@ __global__ void mxfp4_kernel(const uint8_t* blocks, const uint8_t* scales, bf16*
   out[2 * i + 1] = __float2bfloat16(kFp4[b >> 4] * s);
 }
 
-// Two stages: kArgmaxChunks blocks per row each reduce a slice to (value, lowest index), then a
-// warp per row reduces the slices (a single block per row left most of the GPU idle).
-constexpr int kArgmaxChunks = 64, kArgmaxMaxRows = 1024;
+// Two stages (argmax_body.cuh): kArgmaxChunks blocks per row each reduce a slice to (value, lowest
+// index), then a warp per row reduces the slices (a single block per row left most of the GPU idle).
+constexpr int kArgmaxMaxRows = 1024;
 __device__ float g_argmax_val[kArgmaxMaxRows * kArgmaxChunks];
 __device__ int g_argmax_idx[kArgmaxMaxRows * kArgmaxChunks];
 
 __global__ void argmax_partial_kernel(const float* logits, int V) {
-  const int r = blockIdx.x, ch = blockIdx.y;
-  const int per = (V + kArgmaxChunks - 1) / kArgmaxChunks, b = ch * per, e = min(V, b + per);
-  const float* l = logits + size_t(r) * V;
-  float best = -FLT_MAX;
-  int bi = INT32_MAX;
-  for (int i = b + threadIdx.x; i < e; i += blockDim.x)
-    if (l[i] > best || (l[i] == best && i < bi)) best = l[i], bi = i;
-  warp_argmax(best, bi);
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = best, si[threadIdx.x >> 5] = bi;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x >> 5); ++w)
-      if (sv[w] > best || (sv[w] == best && si[w] < bi)) best = sv[w], bi = si[w];
-    g_argmax_val[r * kArgmaxChunks + ch] = best;
-    g_argmax_idx[r * kArgmaxChunks + ch] = bi;
-  }
+  argmax_partial_body(logits, V, g_argmax_val, g_argmax_idx, VBlock::this_block(), PdlSync{});
 }
 
 __global__ void argmax_final_kernel(int32_t* out, int rows) {
-  const int r = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-  if (r >= rows) return;
-  float best = -FLT_MAX;
-  int bi = INT32_MAX;
-  for (int c = lane; c < kArgmaxChunks; c += 32) {
-    const float v = g_argmax_val[r * kArgmaxChunks + c];
-    const int i = g_argmax_idx[r * kArgmaxChunks + c];
-    if (v > best || (v == best && i < bi)) best = v, bi = i;
-  }
-  warp_argmax(best, bi);
-  if (lane == 0) out[r] = bi;
+  argmax_final_body(g_argmax_val, g_argmax_idx, out, rows, VBlock::this_block(), PdlSync{});
 }
 
 __global__ void argmax_kernel(const float* logits, int32_t* out, int V) {

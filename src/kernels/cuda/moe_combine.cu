@@ -11,55 +11,19 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_rows.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/residual_rows.cuh"
 
 namespace osprey::cuda {
 
 namespace {
 
-// Token blockIdx.x: x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (the MoE combine),
-// then the RMSNorm of the new x[t] with `gain` (the next layer's attention norm or the final
-// norm), quantized for the next GEMM.
 __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x, const float* y,
                                                                        const int32_t* pair_row, const float* w,
                                                                        const int32_t* idx, const bf16* b2, int k, int H,
                                                                        const bf16* gain, float eps, uint8_t* q,
                                                                        float* s, int ld) {
-  extern __shared__ float row[];
-  const int t = blockIdx.x;
-  // The token's choices and weights (the route kernel's) and its residual row (the o-projection's)
-  // were written at least three kernels back, and every kernel between waits before it releases
-  // its dependents: read before the wait, through L2. Only y comes from the kernel before.
-  // (In shared memory, not registers: a 1024-thread block at 64 registers a thread would need a
-  // whole SM to itself and could not start beside the GEMM before it.)
-  __shared__ int rows[kMaxTopK];
-  __shared__ float wt[kMaxTopK];
-  if (int(threadIdx.x) < k) {
-    rows[threadIdx.x] = __ldcg(pair_row + t * k + threadIdx.x);
-    wt[threadIdx.x] = __ldcg(w + t * k + threadIdx.x);
-  }
-  float v[kRowMax / kRowThreads];
-#pragma unroll
-  for (int j = 0; j < kRowMax / kRowThreads; ++j) {
-    const int i = threadIdx.x + j * kRowThreads;
-    v[j] = i < H ? __ldcg(x + size_t(t) * H + i) : 0.0f;
-  }
-  __syncthreads();
-  pdl_wait();
-  pdl_launch_dependents();
-#pragma unroll
-  for (int j = 0; j < kRowMax / kRowThreads; ++j) {
-    const int i = threadIdx.x + j * kRowThreads;
-    if (i >= H) continue;
-    float acc = 0;
-    for (int c = 0; c < k; ++c) {
-      float yv = y[size_t(rows[c]) * H + i];
-      if (b2) yv += __bfloat162float(b2[size_t(idx[t * k + c]) * H + i]);
-      acc += wt[c] * yv;
-    }
-    v[j] = v[j] + acc;
-    x[size_t(t) * H + i] = v[j];
-  }
-  rmsnorm_quantize_row<kRowThreads>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
+  moe_combine_norm_body<kRowThreads>(x, y, pair_row, w, idx, b2, k, H, gain, eps, q, s, ld, VBlock::this_block(),
+                                     PdlSync{});
 }
 
 // A warp per (row, 128-column block of I): clamped SwiGLU of the row's interleaved (gate, up)

@@ -1,0 +1,407 @@
+// The persistent decode kernel (decode_persistent.cuh).
+#include "kernels/cuda/decode_persistent.cuh"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/argmax_body.cuh"
+#include "kernels/cuda/attention_decode_tc.cuh"
+#include "kernels/cuda/gemm_fp8_skinny.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4_decode.cuh"
+#include "kernels/cuda/moe_route_body.cuh"
+#include "kernels/cuda/residual_rows.cuh"
+#include "kernels/cuda/rope_kv_body.cuh"
+
+namespace osprey::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // every body's block: 8 warps
+
+enum class PhaseKind : int32_t {
+  EmbedNorm,
+  Fp8GemmRow1,  // the skinny GEMM's one-row tile (batch 1)
+  Fp8GemmRow8,  // its 8-row tile
+  Rope,
+  Attention,
+  Route,
+  Mxfp4Gemm,
+  Swiglu,
+  CombineNorm,
+  ArgmaxPartial,
+  ArgmaxFinal,
+};
+
+struct EmbedNormArgs {
+  const bf16* table;
+  const int32_t* tokens;
+  float* x;
+  int H;
+  const bf16* gain;
+  float eps;
+  uint8_t* q;
+  float* s;
+  int ld;
+};
+struct RopeArgs {
+  KvLayerView L;
+  const float* qkv;
+  const int32_t *slot, *pos;
+  const float* inv_freq;
+  float c;
+  int heads;
+  float* q;
+};
+struct RouteArgs {
+  const float* x;
+  const bf16* gain;
+  int H;
+  float eps;
+  uint8_t* q;
+  float* s;
+  int ld;
+  bf16* h_mxfp4;
+  const float* router;
+  const bf16* router_bias;
+  int E, k;
+  float* logits;
+  int32_t *counters, *idx;
+  float* w;
+  MoeSorted sorted;
+};
+struct Mxfp4Args {
+  Mxfp4ExpertsView W;
+  const bf16* x;
+  ExpertRows rows;
+  float* y;
+  int ks;
+};
+struct SwigluArgs {
+  const float* t;
+  const int32_t* rows_end;
+  int rows_max, I;
+  float alpha, limit;
+  bf16* a;
+};
+struct CombineArgs {
+  float* x;
+  const float* y;
+  const int32_t* pair_row;
+  const float* w;
+  const int32_t* idx;
+  int k, H;
+  const bf16* gain;
+  float eps;
+  uint8_t* q;
+  float* s;
+  int ld;
+};
+struct ArgmaxArgs {
+  const float* logits;
+  int V;
+  float* val;
+  int* idx;
+  int32_t* out;
+  int rows;
+};
+
+constexpr int kArgBytes = 256;
+
+__device__ inline uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ inline uint32_t sm_id() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %smid;" : "=r"(s));
+  return s;
+}
+
+}  // namespace
+
+struct PersistentPhase {
+  PhaseKind kind;
+  int nx, ny, nz;
+  int first;   // the block that takes the phase's virtual block 0 (round robin across phases)
+  int smem;    // dynamic shared memory the body needs
+  alignas(16) unsigned char args[kArgBytes];
+  template <typename A>
+  static PersistentPhase of(PhaseKind k, int nx, int ny, int nz, int smem, const A& a) {
+    static_assert(sizeof(A) <= kArgBytes, "a phase's arguments fit its block");
+    PersistentPhase p{};
+    p.kind = k, p.nx = nx, p.ny = ny, p.nz = nz, p.smem = smem;
+    std::memcpy(p.args, &a, sizeof(A));
+    return p;
+  }
+  template <typename A>
+  __device__ const A& as() const {
+    return *reinterpret_cast<const A*>(args);
+  }
+};
+
+namespace {
+
+// The persistent phase's wait, stamping the time it first returned on this block (timeline).
+struct TimedPhaseSync {
+  PhaseSync sync;
+  uint64_t* stamp;  // shared; null: no timeline
+  __device__ void wait() const {
+    sync.wait();
+    if (stamp && threadIdx.x == 0 && *stamp == 0) *stamp = global_ns();
+  }
+  __device__ void release() const {}
+};
+
+template <int MINB>
+__global__ void __launch_bounds__(kThreads, MINB)
+    persistent_decode_kernel(const PersistentPhase* phases, int n_phases, uint32_t* counter, uint64_t* timeline) {
+  __shared__ uint64_t waited;
+  const uint32_t G = gridDim.x;
+  for (int p = 0; p < n_phases; ++p) {
+    // What a body reads before its wait was written two or more phases back (launch.cuh's rule
+    // for kernels): those phases are complete on every block before this one starts.
+    if (p >= 2) wait_counter(counter, uint32_t(p - 1) * G);
+    const PersistentPhase& ph = phases[p];
+    const uint64_t t0 = timeline ? global_ns() : 0;
+    if (timeline && threadIdx.x == 0) waited = 0;
+    __syncthreads();
+    const TimedPhaseSync sync{{counter, uint32_t(p) * G}, timeline ? &waited : nullptr};
+    const int n = ph.nx * ph.ny * ph.nz;
+    for (int v = int((blockIdx.x + G - uint32_t(ph.first) % G) % G); v < n; v += int(G)) {
+      const VBlock b{v % ph.nx, v / ph.nx % ph.ny, v / (ph.nx * ph.ny), ph.nx, ph.ny, ph.nz};
+      switch (ph.kind) {
+        case PhaseKind::EmbedNorm: {
+          const auto& a = ph.as<EmbedNormArgs>();
+          embed_norm_body<kThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
+          break;
+        }
+        case PhaseKind::Fp8GemmRow1: fp8_skinny_body<1, 1>(ph.as<Fp8SkinnyArgs>(), b, sync); break;
+        case PhaseKind::Fp8GemmRow8: fp8_skinny_body<1, 8>(ph.as<Fp8SkinnyArgs>(), b, sync); break;
+        case PhaseKind::Rope: {
+          const auto& a = ph.as<RopeArgs>();
+          qkv_rope_to_cache_body(a.L, a.qkv, a.slot, a.pos, a.inv_freq, a.c, a.heads, a.q, /*release_early=*/true, b,
+                                 sync);
+          break;
+        }
+        case PhaseKind::Attention: paged_decode_tc_body</*kEarlyKv=*/true>(ph.as<DecodeAttentionArgs>(), b, sync); break;
+        case PhaseKind::Route: {
+          const auto& a = ph.as<RouteArgs>();
+          moe_route_body(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr, a.h_mxfp4, a.router, a.router_bias, a.E, a.k,
+                         a.logits, a.counters, a.idx, a.w, a.sorted, b, sync);
+          break;
+        }
+        case PhaseKind::Mxfp4Gemm: {
+          const auto& a = ph.as<Mxfp4Args>();
+          mxfp4_decode_body<1>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
+          break;
+        }
+        case PhaseKind::Swiglu: {
+          const auto& a = ph.as<SwigluArgs>();
+          swiglu_bf16_body(a.t, a.rows_end, a.rows_max, a.I, a.alpha, a.limit, a.a, nullptr, nullptr, 0, b, sync);
+          break;
+        }
+        case PhaseKind::CombineNorm: {
+          const auto& a = ph.as<CombineArgs>();
+          moe_combine_norm_body<kThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s,
+                                          a.ld, b, sync);
+          break;
+        }
+        case PhaseKind::ArgmaxPartial: {
+          const auto& a = ph.as<ArgmaxArgs>();
+          argmax_partial_body(a.logits, a.V, a.val, a.idx, b, sync);
+          break;
+        }
+        case PhaseKind::ArgmaxFinal: {
+          const auto& a = ph.as<ArgmaxArgs>();
+          argmax_final_body(a.val, a.idx, a.out, a.rows, b, sync);
+          break;
+        }
+      }
+      __syncthreads();  // a body's shared memory is free for the next virtual block
+    }
+    // Done with phase p: the block's writes, then its arrival (release).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      const uint32_t before = atomicAdd(counter, 1u);
+      // The last arrival of the last phase leaves the counter at zero for the next step (the next
+      // launch starts after this one ends).
+      if (p == n_phases - 1 && before == uint32_t(n_phases) * G - 1) atomicExch(counter, 0u);
+    }
+    if (timeline && threadIdx.x == 0) {
+      uint64_t* rec = timeline + (size_t(p) * G + blockIdx.x) * 4;
+      rec[0] = sm_id(), rec[1] = t0, rec[2] = waited, rec[3] = global_ns();
+    }
+  }
+}
+
+void* kernel_for(int blocks_per_sm) {
+  return blocks_per_sm == 1 ? reinterpret_cast<void*>(persistent_decode_kernel<1>)
+                            : reinterpret_cast<void*>(persistent_decode_kernel<2>);
+}
+
+constexpr int kMaxDynamicSmem = 200 * 1024;
+
+}  // namespace
+
+PersistentDecode::PersistentDecode(int blocks_per_sm) : blocks_per_sm_(blocks_per_sm) {
+  if (blocks_per_sm != 1 && blocks_per_sm != 2) fail_plain("PersistentDecode: 1 or 2 blocks per SM");
+  grid_ = blocks_per_sm * sm_count();
+  OSPREY_CUDA_CHECK(cudaMalloc(&counter_, sizeof(uint32_t)));
+  OSPREY_CUDA_CHECK(cudaMemset(counter_, 0, sizeof(uint32_t)));
+}
+
+PersistentDecode::~PersistentDecode() {
+  if (device_) cudaFree(device_);
+  if (counter_) cudaFree(counter_);
+  if (argmax_val_) cudaFree(argmax_val_);
+  if (argmax_idx_) cudaFree(argmax_idx_);
+}
+
+int PersistentDecode::phases() const { return int(host_.size()); }
+
+void PersistentDecode::add(const PersistentPhase& p0, const char* kind) {
+  names_.push_back(label_.empty() ? std::string(kind) : label_ + " " + kind);
+  if (device_) fail_plain("PersistentDecode: the plan is finished");
+  PersistentPhase p = p0;
+  p.first = vblocks_ % grid_;
+  vblocks_ = (vblocks_ + p.nx * p.ny * p.nz) % grid_;
+  host_.push_back(p);
+}
+
+void PersistentDecode::embed_norm(const bf16* table, const int32_t* tokens, float* x, int rows, int H, const bf16* gain,
+                                  float eps, uint8_t* q, float* s, int ld) {
+  check_row(H, "PersistentDecode::embed_norm");
+  add(PersistentPhase::of(PhaseKind::EmbedNorm, rows, 1, 1, H * 4, EmbedNormArgs{table, tokens, x, H, gain, eps, q, s, ld}), "embed+norm");
+}
+
+void PersistentDecode::fp8_gemm(const char* name, const uint8_t* W, const float* ws, int ws_stride, const bf16* bias,
+                                const uint8_t* x, const float* xs, int x_ld, float* y, int y_ld, bool accumulate, int N,
+                                int K, int rows) {
+  if (K % 16) fail_plain("PersistentDecode::fp8_gemm: K must be a multiple of 16");
+  if (rows > 8) fail_plain("PersistentDecode::fp8_gemm: at most 8 rows");
+  ActSegments sg;
+  sg.rows = rows, sg.ld = x_ld;
+  const int R = rows == 1 ? 1 : 8;
+  // K-splits for this grid: the fewest waves of virtual blocks times the K blocks each warp
+  // streams (a wave is as slow as its slowest block), ties to fewer splits (fewer partial sums).
+  const int row_tiles = (N + 15) / 16, KB = (K + kB - 1) / kB;
+  int ks = 1;
+  double best = 1e30;
+  for (int k = 1; k <= kSkinnyWarps && k <= KB; k *= 2) {
+    const int blocks = (row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps;
+    const double cost = double((blocks + grid_ - 1) / grid_) * ((KB + k - 1) / k);
+    if (cost < best) best = cost, ks = k;
+  }
+  const int smem = int(skinny_smem_bytes(1, R, K));
+  add(PersistentPhase::of(R == 1 ? PhaseKind::Fp8GemmRow1 : PhaseKind::Fp8GemmRow8, skinny_grid_x(N, ks), 1, 1, smem,
+                          Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, ks}), name);
+}
+
+void PersistentDecode::qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
+                                         const float* inv_freq, float concentration, int rows, int heads, float* q) {
+  add(PersistentPhase::of(PhaseKind::Rope, rows, 1, 1, 0, RopeArgs{L, qkv, slot, pos, inv_freq, concentration, heads, q}), "rope");
+}
+
+void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot,
+                                 const int32_t* pos, int rows, int heads, int window, float scale, int splits,
+                                 float* scratch, Quantized1x128 quant, int32_t* merge_count) {
+  const int group = heads / L.kv_heads;
+  if (L.d != 64 || heads % L.kv_heads || group > 16 || group * L.d % 128 || !merge_count || !quant.q)
+    fail_plain("PersistentDecode::attention: head_dim 64, at most 16 query heads a KV head, whole 128-column blocks");
+  const DecodeAttentionArgs a{L, q, sinks, slot, pos, heads, window, scale * kLog2e, splits, scratch, merge_count,
+                              nullptr, quant};
+  add(PersistentPhase::of(PhaseKind::Attention, L.kv_heads, rows, splits, kThreads / 32 * 32 * 36 * 4, a), "attention");
+}
+
+void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s,
+                                 int ld, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
+                                 float* logits, int32_t* counters, int32_t* idx, float* w, MoeSorted sorted) {
+  if (k > 16 || k > E) fail_plain("PersistentDecode::moe_route: at most 16 experts per token");
+  check_row(H, "PersistentDecode::moe_route");
+  const int Hp = (H + 3) & ~3, smem = std::max(Hp + E, 3 * E + 1) * 4;
+  add(PersistentPhase::of(PhaseKind::Route, rows, (E + kExpertsPerRouteBlock - 1) / kExpertsPerRouteBlock, 1, smem,
+                          RouteArgs{x, gain, H, eps, q, s, ld, h_mxfp4, router, router_bias, E, k, logits, counters, idx,
+                                    w, sorted}), "route");
+}
+
+void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y) {
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
+    fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
+  const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
+  const int segments = rows.active ? rows.active_max : W.experts;
+  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K)),
+                          Mxfp4Args{W, x, rows, y, ks}), name);
+}
+
+void PersistentDecode::swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha,
+                                   float limit, bf16* a) {
+  const size_t n = size_t(rows_max) * mxfp4_act_cols(I) / 2;
+  add(PersistentPhase::of(PhaseKind::Swiglu, int((n + kThreads - 1) / kThreads), 1, 1, 0,
+                          SwigluArgs{t, rows_end, rows_max, I, alpha, limit, a}), "swiglu");
+}
+
+void PersistentDecode::combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w,
+                                    const int32_t* idx, int rows, int k, int H, const bf16* gain, float eps, uint8_t* q,
+                                    float* s, int ld) {
+  check_row(H, "PersistentDecode::combine_norm");
+  if (k > kMaxTopK) fail_plain("PersistentDecode::combine_norm: at most 8 experts per token");
+  add(PersistentPhase::of(PhaseKind::CombineNorm, rows, 1, 1, H * 4,
+                          CombineArgs{x, y, pair_row, w, idx, k, H, gain, eps, q, s, ld}), "combine+norm");
+}
+
+void PersistentDecode::argmax(const float* logits, int rows, int V, int32_t* out) {
+  if (argmax_rows_ < rows) {
+    if (argmax_val_) cudaFree(argmax_val_), cudaFree(argmax_idx_);
+    OSPREY_CUDA_CHECK(cudaMalloc(&argmax_val_, size_t(rows) * kArgmaxChunks * sizeof(float)));
+    OSPREY_CUDA_CHECK(cudaMalloc(&argmax_idx_, size_t(rows) * kArgmaxChunks * sizeof(int)));
+    argmax_rows_ = rows;
+  }
+  const ArgmaxArgs a{logits, V, argmax_val_, argmax_idx_, out, rows};
+  add(PersistentPhase::of(PhaseKind::ArgmaxPartial, rows, kArgmaxChunks, 1, 0, a), "argmax");
+  add(PersistentPhase::of(PhaseKind::ArgmaxFinal, (rows * 32 + kThreads - 1) / kThreads, 1, 1, 0, a), "argmax final");
+}
+
+void PersistentDecode::finish() {
+  if (host_.empty()) fail_plain("PersistentDecode: no phases");
+  int smem = 0;
+  for (const PersistentPhase& p : host_) smem = std::max(smem, p.smem);
+  if (smem > kMaxDynamicSmem) fail_plain("PersistentDecode: a phase needs " + std::to_string(smem) + " bytes of shared memory");
+  void* k = kernel_for(blocks_per_sm_);
+  OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int resident = 0;
+  OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, k, kThreads, size_t(smem)));
+  if (resident < blocks_per_sm_)
+    fail_plain("PersistentDecode: " + std::to_string(blocks_per_sm_) + " blocks per SM do not fit (" +
+               std::to_string(resident) + " with " + std::to_string(smem) + " bytes of shared memory)");
+  smem_ = smem;
+  OSPREY_CUDA_CHECK(cudaMalloc(&device_, host_.size() * sizeof(PersistentPhase)));
+  OSPREY_CUDA_CHECK(cudaMemcpy(device_, host_.data(), host_.size() * sizeof(PersistentPhase), cudaMemcpyHostToDevice));
+}
+
+void PersistentDecode::launch(cudaStream_t s, uint64_t* timeline) const {
+  if (!device_) fail_plain("PersistentDecode: launch before finish");
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(grid_));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = size_t(smem_);
+  cfg.stream = s;
+  // Every block must be resident at once (they wait on each other): a cooperative launch
+  // guarantees it or fails.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int n = int(host_.size());
+  if (blocks_per_sm_ == 1)
+    OSPREY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_decode_kernel<1>, static_cast<const PersistentPhase*>(device_), n,
+                                         counter_, timeline));
+  else
+    OSPREY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_decode_kernel<2>, static_cast<const PersistentPhase*>(device_), n,
+                                         counter_, timeline));
+}
+
+}  // namespace osprey::cuda

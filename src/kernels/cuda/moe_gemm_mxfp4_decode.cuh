@@ -1,0 +1,245 @@
+// The MXFP4 expert GEMMs' shared pieces and the decode path's body (moe_gemm_mxfp4.cu launches it
+// as its own kernel; the persistent decode kernel runs it as a phase): internal to kernels/cuda.
+#pragma once
+#include "formats/mxfp4.h"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/fp8_rows.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4.cuh"
+#include "kernels/cuda/phase_sync.cuh"
+
+namespace osprey::cuda {
+
+constexpr int kWarps = 8;
+constexpr int kBlk = kMxfp4ActBlock;  // columns per weight stage (4 groups of 32)
+constexpr int kMaxExperts = 256;
+
+__device__ inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Nibbles j and j + 4 of a word of packed E2M1 codes as a BF16 pair worth (value * 2^-126): the
+// nibble's sign lands on bit 15 and its exponent and mantissa bits on 8..6, so exponent field e
+// and mantissa m read 2^(e - 127) (1 + m/2), and the subnormal code 1 reads 2^-127.
+__device__ inline uint32_t e2m1_pair_bits(uint32_t word, int j) {
+  const uint32_t x = word << (12 - 4 * j);
+  return (x & 0x80008000u) | ((x & 0x70007000u) >> 6);
+}
+
+// 2^(S - 1) as BF16 factors (a pair each): a = 2^(min(S, 128) - 1); b = 2^(S - 128) for S > 128
+// (a single BF16 holds at most 2^127). The decoded weight is bits * a (* b): exact.
+struct E8m0Factors {
+  uint32_t a, b;
+  bool big;
+};
+__device__ inline E8m0Factors e8m0_factors(uint32_t S) {
+  const uint32_t ea = min(S, 128u) + 126u, eb = S > 128u ? S - 1u : 127u;
+  return {(ea << 7) | (ea << 23), (eb << 7) | (eb << 23), S > 128u};
+}
+
+// The 16 BF16 pairs (w = 4m + j: word m, nibble pair j) of one 16-byte group, scaled.
+__device__ inline void decode_group(const uint4& v, const E8m0Factors& f, bool any_big, uint32_t (&out)[16]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[4 * m + j] = mul_bf16x2(e2m1_pair_bits(words[m], j), f.a);
+  if (any_big && f.big)
+#pragma unroll
+    for (int w = 0; w < 16; ++w) out[w] = mul_bf16x2(out[w], f.b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode: 16 weight rows per warp on the M side, up to 8 NT rows (tokens) per pass on the N side,
+// K split over ks warps of a block (partial sums added in a fixed order through shared memory).
+// Each warp streams its rows' codes and scales through a ring of four stages with cp.async (a
+// power of two: the slot is a mask, not a division); the pass's activation rows are staged once
+// per block. blk.y: the active expert.
+__host__ __device__ constexpr int decode_stages(int) { return 4; }
+constexpr int kStageBytes = kMxfp4TileBytes;  // one weight tile: rows g and g + 8 at 16 lane and 512 + 16 lane, scales at 1024
+
+__host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
+__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K) {
+  return size_t(8 * NT) * x_stride_bytes(K) + size_t(kWarps) * decode_stages(NT) * kStageBytes;
+}
+
+template <int NT, class Sync>
+__device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
+                                         int ks, VBlock blk, const Sync& sync) {
+  constexpr int R = 8 * NT, kStages = decode_stages(NT);
+  __shared__ float red[kWarps][NT][4][32];
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, xs = x_stride_bytes(K);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
+  sync.wait();  // the expert list, the offsets and the activations come from the kernels before
+  sync.release();
+  const int e = rows.active ? __ldcg(rows.active + blk.y) : blk.y;
+  if (e < 0) return;  // uniform over the block
+  const int s0 = __ldcg(rows.seg + e), s_end = __ldcg(rows.seg + e + 1);
+  const int s1 = rows.row_live ? s0 + live_rows(rows.row_live, s0, s_end) : s_end;
+  if (s1 <= s0) return;
+  const int n0 = (blk.x * tiles_per_block + tile) * 16;
+  const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
+  const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
+  // This warp's tiles, one per K block: one contiguous kilobyte each, copied as they lie.
+  const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
+  uint8_t* stage = smem;
+  uint8_t* ring = smem + size_t(R) * xs + size_t(warp) * kStages * kStageBytes;
+  const unsigned ring_s = unsigned(__cvta_generic_to_shared(ring)) + lane * 16;
+  const uint8_t* wl = Wt + lane * 16;
+  auto issue = [&](int kb) {  // block kb into its slot; always one commit group
+    if (live && kb < kb1) {
+      const unsigned d = ring_s + ((kb - kb0) & (kStages - 1)) * kStageBytes;
+      const uint8_t* src = wl + size_t(kb) * kMxfp4TileBytes;
+      cp_async16_shared(d, src);
+      cp_async16_shared(d + 512, src + 512);
+      if (lane < 4) cp_async16_shared(d + 1024, src + 1024);
+    }
+    cp_async_commit();
+  };
+  const bf16* be = W.bias ? W.bias + size_t(e) * N : nullptr;
+  const float b_lo = (split == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
+  const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
+  const int pieces = mxfp4_act_cols(K) / 8;  // 16-byte pieces of an activation row
+  for (int base = s0; base < s1; base += R) {
+    for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);
+    for (int i = threadIdx.x; i < R * pieces; i += blockDim.x) {
+      const int rl = i / pieces, p = i % pieces, r = base + rl;
+      const int src = r < s1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
+      const uint4 v = src >= 0 ? __ldcg(reinterpret_cast<const uint4*>(x + size_t(src) * pieces * 8) + p)
+                               : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(stage + size_t(rl) * xs + p * 16) = v;
+    }
+    __syncthreads();
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = b_lo, acc[t][2] = acc[t][3] = b_hi;
+    if (live)
+#pragma unroll 2
+      for (int kb = kb0; kb < kb1; ++kb) {
+        __syncwarp();  // every lane is done with the slot the next issue overwrites
+        issue(kb + kStages - 1);
+        cp_async_wait<kStages - 1>();
+        __syncwarp();  // lanes 0-3's scale words are visible to the warp
+        const uint8_t* src = ring + ((kb - kb0) & (kStages - 1)) * kStageBytes;
+        const uint4 lo = *reinterpret_cast<const uint4*>(src + lane * 16);
+        const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
+        const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
+        const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
+        uint32_t alo[16], ahi[16];
+        decode_group(lo, flo, any_big, alo);
+        decode_group(hi, fhi, any_big, ahi);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const uint8_t* xr = stage + size_t(t * 8 + g) * xs + size_t(kb) * 256 + c * 16;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {  // steps 2u and 2u + 1
+            const uint4 b = *reinterpret_cast<const uint4*>(xr + u * 64);
+            mma_bf16_16816(acc[t], alo[4 * u], ahi[4 * u], alo[4 * u + 1], ahi[4 * u + 1], b.x, b.y);
+            mma_bf16_16816(acc[t], alo[4 * u + 2], ahi[4 * u + 2], alo[4 * u + 3], ahi[4 * u + 3], b.z, b.w);
+          }
+        }
+      }
+    auto store = [&](int t, int i, float v) {
+      const int r = base + t * 8 + 2 * c + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+      if (r < s1 && n < N) y[size_t(r) * N + n] = v;
+    };
+    if (ks == 1) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) store(t, i, acc[t][i]);
+    } else {
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[warp][t][i][lane] = acc[t][i];
+      __syncthreads();
+      if (split == 0)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = red[warp][t][i][lane];
+            for (int w = 1; w < ks; ++w) v += red[warp + w][t][i][lane];
+            store(t, i, v);
+          }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the stage, red and the rings are reused by the next pass
+  }
+}
+
+// Activations into the layout: one thread per BF16 pair (positions 2i, 2i + 1 hold columns k, k + 4).
+template <class Sync>
+__device__ inline void to_bf16_layout_body(const float* x, int T, int K, bf16* out, const int32_t* in_rows, VBlock blk,
+                                           const Sync& sync) {
+  sync.wait();
+  sync.release();
+  const int Kp = mxfp4_act_cols(K), pairs = Kp / 2;
+  const size_t i = size_t(blk.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(T) * pairs) return;
+  const int t = int(i / pairs), p = int(i % pairs) * 2, k = mxfp4_act_column(p);
+  const int src = in_rows ? __ldcg(in_rows + t) : t;
+  const float* row = x + size_t(src < 0 ? 0 : src) * K;
+  const bool ok = src >= 0;
+  const float v0 = ok && k < K ? __ldcg(row + k) : 0.0f, v1 = ok && k + 4 < K ? __ldcg(row + k + 4) : 0.0f;
+  reinterpret_cast<__nv_bfloat162*>(out + size_t(t) * Kp)[p / 2] = __floats2bfloat162_rn(v0, v1);
+}
+
+template <class Sync>
+__device__ inline void swiglu_bf16_body(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha,
+                                        float limit, bf16* a, const bf16* bias, const int32_t* seg, int experts,
+                                        VBlock blk, const Sync& sync) {
+  sync.wait();
+  sync.release();
+  __shared__ int seg_sh[kMaxExperts + 1];  // with a bias: the segments, searched per row
+  if (bias) {
+    for (int e = threadIdx.x; e <= experts; e += blockDim.x) seg_sh[e] = __ldcg(seg + e);
+    __syncthreads();
+  }
+  const int Ip = mxfp4_act_cols(I), pairs = Ip / 2;
+  const size_t i = size_t(blk.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(rows_max) * pairs) return;
+  const int r = int(i / pairs), p = int(i % pairs) * 2, k = mxfp4_act_column(p);
+  if (r >= __ldcg(rows_end)) return;
+  const float* row = t + size_t(r) * 2 * I;
+  const bf16* b = nullptr;
+  if (bias) {  // the row's expert: the last e with seg[e] <= r
+    int lo = 0, hi = experts;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (seg_sh[mid] <= r) lo = mid;
+      else hi = mid;
+    }
+    b = bias + size_t(lo) * 2 * I;
+  }
+  float v[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int col = k + 4 * h;
+    if (col < I) {
+      float gt = __ldcg(row + 2 * col), up = __ldcg(row + 2 * col + 1);
+      if (b) gt += __bfloat162float(b[2 * col]), up += __bfloat162float(b[2 * col + 1]);
+      v[h] = swiglu_clamped(gt, up, alpha, limit);
+    }
+  }
+  reinterpret_cast<__nv_bfloat162*>(a + size_t(r) * Ip)[p / 2] = __floats2bfloat162_rn(v[0], v[1]);
+}
+
+// The K-splits of both MXFP4 paths: the fewest that give every SM a block of the decode path
+// when 4 experts have rows (a batch-1 step of gpt-oss, top-4), never more than the K blocks. They
+// depend on the shape only, and both paths sum in these splits, so a row's result does not depend
+// on the batch.
+inline int mxfp4_k_splits(int N, int K, int sms) {
+  const int row_tiles = N / 16, KB = mxfp4_act_cols(K) / kBlk;
+  constexpr int kTopK = 4;
+  int ks = 1;
+  while (ks < kWarps && ks * 2 <= KB && size_t(row_tiles * ks + kWarps - 1) / kWarps * kTopK < size_t(sms)) ks *= 2;
+  return ks;
+}
+
+}  // namespace osprey::cuda

@@ -1,0 +1,147 @@
+// The MoE routing front's pieces and its per-token body (moe_route.cu launches it as its own
+// kernel; the persistent decode kernel runs it as a phase): internal to kernels/cuda.
+#pragma once
+#include <cfloat>
+
+#include "formats/mxfp4.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/fp8_rows.cuh"
+#include "kernels/cuda/phase_sync.cuh"
+
+namespace osprey::cuda {
+
+// Counting sort of (token, choice) pairs by expert by one block; each expert's run padded to a
+// multiple of 4. idx is read coherently (.cg): in moe_route it was written by other blocks of the
+// same kernel. sh: 3E + 1 ints of shared memory.
+__device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, int32_t* seg, int32_t* row_token,
+                               int32_t* pair_row, int32_t* active, int* sh) {
+  int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[__ldcg(idx + p)], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    base[0] = 0;
+    int na = 0;
+    for (int e = 0; e < E; ++e) {
+      base[e + 1] = base[e] + round4(cnt[e]);
+      if (cnt[e]) active[na++] = e;
+    }
+    for (; na < min(E, P); ++na) active[na] = -1;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    const int e = __ldcg(idx + p), r = base[e] + atomicAdd(&cursor[e], 1);
+    row_token[r] = p / k;
+    pair_row[p] = r;
+  }
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
+}
+
+// A warp's router row of expert e in registers (lane holds float4s lane, lane + 32, ..), or zeros
+// when the row does not fit that layout (then router_logit reads it from memory).
+constexpr int kRouterW4 = kRowMax / 4 / 32;
+__device__ inline bool router_rows_in_regs(int H) { return H % 4 == 0; }
+__device__ inline void load_router_row(const float* router, int e, int E, int H, float4 (&wr)[kRouterW4]) {
+  const int lane = threadIdx.x & 31;
+  const bool regs = router_rows_in_regs(H) && e < E;
+  const float4* w4 = reinterpret_cast<const float4*>(router + size_t(regs ? e : 0) * H);
+#pragma unroll
+  for (int j = 0; j < kRouterW4; ++j) {
+    const int i = lane + 32 * j;
+    wr[j] = regs && i < H / 4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+// Expert e's logit of the normalized row (shared memory) without its bias: linear_f32_small's
+// products and order of sums (warp_dot_f32), from the registers when they hold the row.
+__device__ inline float router_logit(const float4 (&wr)[kRouterW4], const float* router, int e, const float* row,
+                                     int H) {
+  if (!router_rows_in_regs(H)) return warp_dot_f32(router + size_t(e) * H, row, H);
+  const int lane = threadIdx.x & 31;
+  const float4* x4 = reinterpret_cast<const float4*>(row);
+  float acc = 0;
+#pragma unroll
+  for (int j = 0; j < kRouterW4; ++j) {
+    const int i = lane + 32 * j;
+    if (i < H / 4) {
+      const float4 a = wr[j], b = x4[i];
+      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+  }
+  return warp_sum(acc);
+}
+
+// A normalized row (shared memory, H floats) as BF16 in the MXFP4 activation layout (out
+// [round128(H)]: positions 2i, 2i + 1 hold columns k, k + 4 of k = mxfp4_act_column(2i); zeros
+// past H), the values to_bf16_mxfp4_layout writes. Block-wide.
+__device__ inline void store_row_mxfp4_layout(const float* row, int H, bf16* out) {
+  const int pairs = mxfp4_act_cols(H) / 2;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int k = mxfp4_act_column(2 * i);
+    reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(k < H ? row[k] : 0.0f, k + 4 < H ? row[k + 4] : 0.0f);
+  }
+}
+
+// The last block of a grid to arrive at counter (reset for the next use) returns true, after
+// the other blocks' writes are visible to it.
+__device__ inline bool last_block_to_arrive(int32_t* counter, int blocks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1) == blocks - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// Block (t, rb) of a T x E/8 grid: the MLP norm of token t (every block computes it, the same way; block 0 stores
+// it quantized for the experts' first GEMM, and in fp32 and BF16 when h_out and h_mxfp4 are given), then the fp32 router logits of experts
+// [8 rb, 8 rb + 8) (a warp each: linear_f32_small's products) into logits [T][E]. The block
+// that finishes last for the token (counter[t], reset for the next use) does the top-k softmax.
+template <class Sync>
+__device__ inline void moe_route_body(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
+                                      float* h_out, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
+                                      float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted,
+                                      VBlock blk, const Sync& sync) {
+  extern __shared__ float row[];  // [H] normalized row, then [E] logits for the top-k
+  const int t = blk.x, rb = blk.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = rb * kExpertsPerRouteBlock + warp;
+  // The warp's router row is a weight: into registers before pdl_wait, while the kernel before
+  // this one (the o-projection) is still finishing.
+  float4 wr[kRouterW4];
+  load_router_row(router, e, E, H, wr);
+  sync.wait();
+  sync.release();
+  float v[kRowMax / kRouteThreads];
+  load_row<kRouteThreads>(x + size_t(t) * H, H, v);
+  const bool first = rb == 0;
+  rmsnorm_quantize_row<kRouteThreads>(v, gain, H, eps, row, first ? q + size_t(t) * H : nullptr, s, ld, t,
+                                      first && h_out ? h_out + size_t(t) * H : nullptr);
+  if (first && h_mxfp4) store_row_mxfp4_layout(row, H, h_mxfp4 + size_t(t) * mxfp4_act_cols(H));
+  if (e < E) {
+    const float l = router_logit(wr, router, e, row, H);
+    if (lane == 0) logits[size_t(t) * E + e] = l + __bfloat162float(router_bias[e]);
+  }
+  if (!last_block_to_arrive(counter + t, blk.ny)) return;
+  float* lg = row + ((H + 3) & ~3);
+  for (int i = threadIdx.x; i < E; i += blockDim.x) lg[i] = __ldcg(logits + size_t(t) * E + i);
+  __syncthreads();
+  if (warp == 0) warp_topk_softmax(lg, E, k, idx + size_t(t) * k, w + size_t(t) * k);
+  // The last token to finish sorts every token's choices by expert (counter[T], reset likewise);
+  // with one token (a batch-1 step) that is this block, without a second round trip.
+  if (blk.nx > 1) {
+    if (!last_block_to_arrive(counter + blk.nx, blk.nx)) return;
+  } else {
+    __syncthreads();  // warp 0's idx and w, visible to the block
+  }
+  moe_sort_block(idx, blk.nx * k, k, E, sorted.seg, sorted.row_token, sorted.pair_row, sorted.active,
+                 reinterpret_cast<int*>(row));
+}
+
+}  // namespace osprey::cuda
