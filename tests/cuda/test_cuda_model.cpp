@@ -39,6 +39,17 @@ GptOssWeights mini_weights(const test::TempDir& dir, uint64_t seed) {
   return GptOssWeights::load(dir.str());
 }
 
+// mini-shape with two KV heads (q, k and v fuse into one weight: the persistent decode kernel's
+// shapes), written to dir and loaded.
+GptOssWeights persistent_weights(const test::TempDir& dir, uint64_t seed) {
+  SynthPreset p = mini_shape();
+  p.name = "persistent-shape";
+  p.config.num_kv_heads = 2;
+  p.config.validate("persistent-shape");
+  synth_checkpoint(p, dir.str(), {.seed = seed, .progress = false, .branch_scale = 0.25f});
+  return GptOssWeights::load(dir.str());
+}
+
 // The relative L2 distance of a from b over their first n values.
 double rel_diff(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
@@ -350,7 +361,7 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
 // window layers' ring wrapping (prompts past 128 positions).
 TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
   test::TempDir dir;
-  GptOssWeights w = mini_weights(dir, 21);
+  GptOssWeights w = persistent_weights(dir, 21);
   const GptOssCudaFp8::Options o{.slots = 8, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
                                  .cublaslt = false};
   GptOssCudaFp8::Options op = o;
@@ -392,7 +403,7 @@ TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
 // before every block has started phase p - 1 (the counter's barrier), with the phases named.
 TEST(CudaFp8Model, PersistentDecodeTimeline) {
   test::TempDir dir;
-  GptOssWeights w = mini_weights(dir, 22);
+  GptOssWeights w = persistent_weights(dir, 22);
   GptOssCudaFp8 m(w, {.slots = 2, .max_context = 512, .max_rows = 128, .graphs = true, .kv_blocks = 32});
   CudaSlots s(m);
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5}, slots = {0};

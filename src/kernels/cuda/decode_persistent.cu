@@ -156,18 +156,19 @@ struct TimedPhaseSync {
 
 template <int MINB>
 __global__ void __launch_bounds__(kThreads, MINB)
-    persistent_decode_kernel(const PersistentPhase* phases, int n_phases, uint32_t* counter, uint64_t* timeline) {
+    persistent_decode_kernel(const PersistentPhase* phases, int n_phases, uint32_t* counters, uint64_t* timeline) {
   __shared__ uint64_t waited;
   const uint32_t G = gridDim.x;
   for (int p = 0; p < n_phases; ++p) {
     // What a body reads before its wait was written two or more phases back (launch.cuh's rule
     // for kernels): those phases are complete on every block before this one starts.
-    if (p >= 2) wait_counter(counter, uint32_t(p - 1) * G);
+    if (p >= 2) wait_counter(counters + p - 2, G);
     const PersistentPhase& ph = phases[p];
     const uint64_t t0 = timeline ? global_ns() : 0;
     if (timeline && threadIdx.x == 0) waited = 0;
     __syncthreads();
-    const TimedPhaseSync sync{{counter, uint32_t(p) * G}, timeline ? &waited : nullptr};
+    // Phase 0 waits for nothing (counters[n_phases] stays at G).
+    const TimedPhaseSync sync{{p > 0 ? counters + p - 1 : counters + n_phases, G}, timeline ? &waited : nullptr};
     const int n = ph.nx * ph.ny * ph.nz;
     for (int v = int((blockIdx.x + G - uint32_t(ph.first) % G) % G); v < n; v += int(G)) {
       const VBlock b{v % ph.nx, v / ph.nx % ph.ny, v / (ph.nx * ph.ny), ph.nx, ph.ny, ph.nz};
@@ -221,14 +222,18 @@ __global__ void __launch_bounds__(kThreads, MINB)
       }
       __syncthreads();  // a body's shared memory is free for the next virtual block
     }
-    // Done with phase p: the block's writes, then its arrival (release).
+    // Done with phase p: the block's writes, then its arrival (release). An arrival that waits for
+    // the counter's old value waits for the round trip to its L2 slice, so only the last phase's
+    // does: its last arrival, after every block's last wait, sets every counter back to zero for
+    // the next step (the next launch starts after this one ends).
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();
-      const uint32_t before = atomicAdd(counter, 1u);
-      // The last arrival of the last phase leaves the counter at zero for the next step (the next
-      // launch starts after this one ends).
-      if (p == n_phases - 1 && before == uint32_t(n_phases) * G - 1) atomicExch(counter, 0u);
+      if (p + 1 < n_phases) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counters + p) : "memory");
+      } else if (atomicAdd(counters + p, 1u) == G - 1) {
+        for (int i = 0; i < n_phases; ++i) counters[i] = 0;
+      }
     }
     if (timeline && threadIdx.x == 0) {
       uint64_t* rec = timeline + (size_t(p) * G + blockIdx.x) * 4;
@@ -249,8 +254,6 @@ constexpr int kMaxDynamicSmem = 200 * 1024;
 PersistentDecode::PersistentDecode(int blocks_per_sm) : blocks_per_sm_(blocks_per_sm) {
   if (blocks_per_sm != 1 && blocks_per_sm != 2) fail_plain("PersistentDecode: 1 or 2 blocks per SM");
   grid_ = blocks_per_sm * sm_count();
-  OSPREY_CUDA_CHECK(cudaMalloc(&counter_, sizeof(uint32_t)));
-  OSPREY_CUDA_CHECK(cudaMemset(counter_, 0, sizeof(uint32_t)));
 }
 
 PersistentDecode::~PersistentDecode() {
@@ -377,6 +380,11 @@ void PersistentDecode::finish() {
     fail_plain("PersistentDecode: " + std::to_string(blocks_per_sm_) + " blocks per SM do not fit (" +
                std::to_string(resident) + " with " + std::to_string(smem) + " bytes of shared memory)");
   smem_ = smem;
+  // A counter per phase (zero), and one more that reads "complete" for phase 0's wait.
+  std::vector<uint32_t> counters(host_.size() + 1, 0);
+  counters.back() = uint32_t(grid_);
+  OSPREY_CUDA_CHECK(cudaMalloc(&counter_, counters.size() * sizeof(uint32_t)));
+  OSPREY_CUDA_CHECK(cudaMemcpy(counter_, counters.data(), counters.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
   OSPREY_CUDA_CHECK(cudaMalloc(&device_, host_.size() * sizeof(PersistentPhase)));
   OSPREY_CUDA_CHECK(cudaMemcpy(device_, host_.data(), host_.size() * sizeof(PersistentPhase), cudaMemcpyHostToDevice));
 }

@@ -78,7 +78,7 @@ class PersistentDecode {
   int blocks_per_sm_ = 1, grid_ = 0, vblocks_ = 0, smem_ = 0;
   std::vector<PersistentPhase> host_;
   PersistentPhase* device_ = nullptr;
-  uint32_t* counter_ = nullptr;
+  uint32_t* counter_ = nullptr;  // [phases + 1]
   float* argmax_val_ = nullptr;
   int* argmax_idx_ = nullptr;
   int argmax_rows_ = 0;

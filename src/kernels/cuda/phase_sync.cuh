@@ -31,22 +31,22 @@ struct PdlSync {
   __device__ void release() const { pdl_launch_dependents(); }
 };
 
-// The persistent kernel's phase counter: blocks add 1 each when they finish a phase, so phase p
-// (0-based) may read what phases < p wrote once *counter >= p * grid_blocks. Lane 0 of each warp
-// polls with acquire loads and the warp synchronizes (which orders the other lanes after it).
+// The persistent kernel's phase counters: counter[p] counts the blocks that have finished phase
+// p, so once counter[p - 1] reaches the grid's size every block has finished phase p - 1 and
+// phase p may read what it wrote. (One counter for all phases is not enough: a block with no work
+// in a phase arrives at it at once, and its arrival would count towards the phase before.) One
+// thread a block polls with acquire loads (a poller per warp made the counter's L2 line a hot spot
+// that slowed every other access) and the block's barrier orders the other threads after it;
+// every thread of the block calls it, at the same point.
 __device__ inline uint32_t load_acquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ inline void wait_counter(const uint32_t* counter, uint32_t target) {
-  if ((threadIdx.x & 31) == 0)
-    while (load_acquire(counter) < target) __nanosleep(64);
-  __syncwarp();
-}
-__device__ inline void arrive_counter(uint32_t* counter) {  // the whole block, after its phase's work
+  if (threadIdx.x == 0)
+    while (load_acquire(counter) < target) __nanosleep(32);
   __syncthreads();
-  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 struct PhaseSync {
