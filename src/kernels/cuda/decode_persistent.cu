@@ -18,6 +18,9 @@ namespace osprey::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // every body's block: 8 warps
+// The streaming bodies' weight rings: deeper than their own kernels' (a persistent block is alone
+// on its SM, with its shared memory), so that 8 warps keep as many bytes in flight as 16-24 did.
+constexpr int kSkinnyStages = 8, kMxfp4Stages = 8;
 
 enum class PhaseKind : int32_t {
   EmbedNorm,
@@ -178,8 +181,12 @@ __global__ void __launch_bounds__(kThreads, MINB)
           embed_norm_body<kThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
           break;
         }
-        case PhaseKind::Fp8GemmRow1: fp8_skinny_body<1, 1>(ph.as<Fp8SkinnyArgs>(), b, sync); break;
-        case PhaseKind::Fp8GemmRow8: fp8_skinny_body<1, 8>(ph.as<Fp8SkinnyArgs>(), b, sync); break;
+        case PhaseKind::Fp8GemmRow1:
+          fp8_skinny_body<1, 1, TimedPhaseSync, kSkinnyStages>(ph.as<Fp8SkinnyArgs>(), b, sync);
+          break;
+        case PhaseKind::Fp8GemmRow8:
+          fp8_skinny_body<1, 8, TimedPhaseSync, kSkinnyStages>(ph.as<Fp8SkinnyArgs>(), b, sync);
+          break;
         case PhaseKind::Rope: {
           const auto& a = ph.as<RopeArgs>();
           qkv_rope_to_cache_body(a.L, a.qkv, a.slot, a.pos, a.inv_freq, a.c, a.heads, a.q, /*release_early=*/true, b,
@@ -195,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
         }
         case PhaseKind::Mxfp4Gemm: {
           const auto& a = ph.as<Mxfp4Args>();
-          mxfp4_decode_body<1>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
+          mxfp4_decode_body<1, TimedPhaseSync, kMxfp4Stages>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
           break;
         }
         case PhaseKind::Swiglu: {
@@ -288,24 +295,29 @@ void PersistentDecode::fp8_gemm(const char* name, const uint8_t* W, const float*
   ActSegments sg;
   sg.rows = rows, sg.ld = x_ld;
   const int R = rows == 1 ? 1 : 8;
-  // K-splits for this grid: the fewest waves of virtual blocks times the K blocks each warp
-  // streams (a wave is as slow as its slowest block), ties to fewer splits (fewer partial sums).
+  // K-splits for this grid: the fewest waves of virtual blocks (a wave is as slow as its slowest
+  // block) times what each warp of a block costs, its K blocks plus a round trip's worth (the
+  // ring's fill and the partial sums' reduction, about 4 blocks' time); ties to fewer splits.
   const int row_tiles = (N + 15) / 16, KB = (K + kB - 1) / kB;
+  constexpr double kRoundTrip = 4.0;
   int ks = 1;
   double best = 1e30;
   for (int k = 1; k <= kSkinnyWarps && k <= KB; k *= 2) {
     const int blocks = (row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps;
-    const double cost = double((blocks + grid_ - 1) / grid_) * ((KB + k - 1) / k);
+    const double cost = double((blocks + grid_ - 1) / grid_) * ((KB + k - 1) / k + kRoundTrip);
     if (cost < best) best = cost, ks = k;
   }
-  const int smem = int(skinny_smem_bytes(1, R, K));
+  const int smem = int(skinny_smem_bytes(1, R, K, kSkinnyStages));
   add(PersistentPhase::of(R == 1 ? PhaseKind::Fp8GemmRow1 : PhaseKind::Fp8GemmRow8, skinny_grid_x(N, ks), 1, 1, smem,
                           Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, ks}), name);
 }
 
 void PersistentDecode::qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
                                          const float* inv_freq, float concentration, int rows, int heads, float* q) {
-  add(PersistentPhase::of(PhaseKind::Rope, rows, 1, 1, 0, RopeArgs{L, qkv, slot, pos, inv_freq, concentration, heads, q}), "rope");
+  // A token's pairs over several blocks: one pair a thread.
+  const int slices = ((heads + L.kv_heads) * L.d / 2 + kThreads - 1) / kThreads;
+  add(PersistentPhase::of(PhaseKind::Rope, rows, slices, 1, 0, RopeArgs{L, qkv, slot, pos, inv_freq, concentration, heads, q}),
+      "rope");
 }
 
 void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot,
@@ -335,7 +347,7 @@ void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, c
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
-  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K)),
+  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, kMxfp4Stages)),
                           Mxfp4Args{W, x, rows, y, ks}), name);
 }
 

@@ -89,11 +89,19 @@ __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS],
   }
   __syncthreads();
   const float r = rsqrtf(part[0] / H + eps);
+  // The gains first, all loads in flight at once (between stores the compiler must assume the
+  // stores may alias them: one round trip per value, 16 a row in a 256-thread block).
+  float gv[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    gv[j] = i < H ? __bfloat162float(gain[i]) : 0.0f;
+  }
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int i = threadIdx.x + j * THREADS;
     if (i < H) {
-      const float n = __bfloat162float(gain[i]) * (v[j] * r);
+      const float n = gv[j] * (v[j] * r);
       row[i] = n;
       if (h_out) h_out[i] = n;
     }

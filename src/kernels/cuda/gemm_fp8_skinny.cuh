@@ -40,8 +40,8 @@ __host__ __device__ inline size_t skinny_stage_bytes(int R, int K) {
   const int KB = (K + kB - 1) / kB;
   return (size_t(R) * skinny_x_stride(K) + size_t(R) * KB * sizeof(float) + 15) / 16 * 16;
 }
-__host__ __device__ inline size_t skinny_smem_bytes(int NT, int R, int K) {
-  return skinny_stage_bytes(R, K) + size_t(kSkinnyWarps) * skinny_stages(NT) * kRingStage;
+__host__ __device__ inline size_t skinny_smem_bytes(int NT, int R, int K, int stages = 0) {
+  return skinny_stage_bytes(R, K) + size_t(kSkinnyWarps) * (stages ? stages : skinny_stages(NT)) * kRingStage;
 }
 
 // Block: 8 warps = (8 / ks) tiles of 16 weight rows x ks K-splits (a tile's ks partial sums are
@@ -70,7 +70,8 @@ struct Fp8SkinnyArgs {
   int N, K, ks;
 };
 
-template <int NT, int R, class Sync>
+// S: the weight ring's depth (S - 1 blocks of 2 KB in flight a warp).
+template <int NT, int R, class Sync, int S = skinny_stages(NT)>
 __device__ inline void fp8_skinny_body(const Fp8SkinnyArgs& args, VBlock blk, const Sync& sync) {
   const uint8_t* __restrict__ W = args.W;
   const float* __restrict__ ws = args.ws;
@@ -82,7 +83,6 @@ __device__ inline void fp8_skinny_body(const Fp8SkinnyArgs& args, VBlock blk, co
   float* y = args.y;
   const int y_ld = args.y_ld, N = args.N, K = args.K, ks = args.ks;
   const bool accumulate = args.accumulate;
-  constexpr int S = skinny_stages(NT);
   __shared__ float red[kSkinnyWarps][NT][4][32];
   extern __shared__ __align__(16) uint8_t stage[];  // [8 NT][x_stride] codes, [8 NT][KB] scales, then the rings
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -61,14 +61,16 @@ __host__ __device__ constexpr int decode_stages(int) { return 4; }
 constexpr int kStageBytes = kMxfp4TileBytes;  // one weight tile: rows g and g + 8 at 16 lane and 512 + 16 lane, scales at 1024
 
 __host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
-__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K) {
-  return size_t(8 * NT) * x_stride_bytes(K) + size_t(kWarps) * decode_stages(NT) * kStageBytes;
+__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int stages = decode_stages(1)) {
+  return size_t(8 * NT) * x_stride_bytes(K) + size_t(kWarps) * stages * kStageBytes;
 }
 
-template <int NT, class Sync>
+// kStages (a power of two): the ring's depth, kStages - 1 tiles in flight a warp.
+template <int NT, class Sync, int kStages = decode_stages(NT)>
 __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                          int ks, VBlock blk, const Sync& sync) {
-  constexpr int R = 8 * NT, kStages = decode_stages(NT);
+  static_assert((kStages & (kStages - 1)) == 0, "the ring's slot is a mask");
+  constexpr int R = 8 * NT;
   __shared__ float red[kWarps][NT][4][32];
   extern __shared__ __align__(16) uint8_t smem[];
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, xs = x_stride_bytes(K);

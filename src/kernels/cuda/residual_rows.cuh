@@ -36,17 +36,30 @@ __device__ inline void moe_combine_norm_body(float* x, const float* y, const int
   __syncthreads();
   sync.wait();
   sync.release();
+  // acc = sum over the choices c, in order, of w_c (y_c + b2_c): each choice's values are loaded
+  // together before any store (stores to x could alias them), then x is written once.
+  constexpr int PER = kRowMax / THREADS;
+  float acc[PER];
 #pragma unroll
-  for (int j = 0; j < kRowMax / THREADS; ++j) {
+  for (int j = 0; j < PER; ++j) acc[j] = 0.0f;
+  for (int c = 0; c < k; ++c) {
+    const float* yr = y + size_t(rows[c]) * H;
+    const bf16* br = b2 ? b2 + size_t(idx[t * k + c]) * H : nullptr;
+    float yv[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = threadIdx.x + j * THREADS;
+      yv[j] = i < H ? __ldcg(yr + i) : 0.0f;
+      if (br && i < H) yv[j] += __bfloat162float(br[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < PER; ++j) acc[j] += wt[c] * yv[j];
+  }
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
     const int i = threadIdx.x + j * THREADS;
     if (i >= H) continue;
-    float acc = 0;
-    for (int c = 0; c < k; ++c) {
-      float yv = y[size_t(rows[c]) * H + i];
-      if (b2) yv += __bfloat162float(b2[size_t(idx[t * k + c]) * H + i]);
-      acc += wt[c] * yv;
-    }
-    v[j] = v[j] + acc;
+    v[j] = v[j] + acc[j];
     x[size_t(t) * H + i] = v[j];
   }
   rmsnorm_quantize_row<THREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
@@ -67,6 +80,10 @@ __device__ inline void embed_norm_body(const bf16* table, const int32_t* tokens,
   for (int j = 0; j < kRowMax / THREADS; ++j) {
     const int i = threadIdx.x + j * THREADS;
     v[j] = i < H ? __bfloat162float(e[i]) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kRowMax / THREADS; ++j) {
+    const int i = threadIdx.x + j * THREADS;
     if (i < H) x[size_t(t) * H + i] = v[j];
   }
   rmsnorm_quantize_row<THREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);

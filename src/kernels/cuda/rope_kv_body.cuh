@@ -8,7 +8,8 @@
 namespace osprey::cuda {
 
 // Token blk.x of a fused QKV output [T][(heads + 2 kv_heads) d]: q heads rotated into q,
-// k heads rotated and v copied into the cache as BF16 (the arithmetic of rope and kv_write).
+// k heads rotated and v copied into the cache as BF16 (the arithmetic of rope and kv_write). The
+// blk.ny blocks of a token share its pairs and values (blk.y-th slices of blockDim each).
 template <class Sync>
 __device__ inline void qkv_rope_to_cache_body(const KvLayerView& L, const float* qkv, const int32_t* slots,
                                               const int32_t* positions, const float* inv_freq, float c, int heads,
@@ -22,7 +23,8 @@ __device__ inline void qkv_rope_to_cache_body(const KvLayerView& L, const float*
   const float* src = qkv + size_t(t) * width;
   const int pos = positions[t];
   const size_t row = kv_row(L, slots[t], pos) * size_t(kvh) * d;
-  for (int j = threadIdx.x; j < (heads + kvh) * half; j += blockDim.x) {
+  const int j0 = blk.y * int(blockDim.x) + int(threadIdx.x), step = int(blockDim.x) * blk.ny;
+  for (int j = j0; j < (heads + kvh) * half; j += step) {
     const int hh = j / half, i = j % half;
     if (hh < heads) {
       rotate_pair(src + size_t(hh) * d, q + (size_t(t) * heads + hh) * d, i, half, pos, inv_freq, c);
@@ -35,7 +37,7 @@ __device__ inline void qkv_rope_to_cache_body(const KvLayerView& L, const float*
       kd[i + half] = __float2bfloat16(o2);
     }
   }
-  for (int j = threadIdx.x; j < kvh * d; j += blockDim.x) L.v[row + j] = __float2bfloat16(src[(heads + kvh) * d + j]);
+  for (int j = j0; j < kvh * d; j += step) L.v[row + j] = __float2bfloat16(src[(heads + kvh) * d + j]);
 }
 
 }  // namespace osprey::cuda
