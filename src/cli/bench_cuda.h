@@ -19,9 +19,9 @@ struct BenchCudaArgs {
   // Prefill attention alone (one full and one sliding layer of the model's shape): prompt lengths
   // to time (empty: none).
   std::string attention_lens;
-  // Decode steps of up to 8 rows: "persistent" (one kernel a step, the default) or "per-op"; the
-  // persistent grid's blocks per SM; a file for one step's per-SM timeline (empty: none).
-  std::string decode_kernel = "persistent";
+  // Decode steps of up to 8 rows: "per-op" (the model's default) or "persistent" (one kernel a
+  // step); the persistent grid's blocks per SM; a file for one step's per-SM timeline (empty: none).
+  std::string decode_kernel = "per-op";
   int persistent_blocks = 1;
   std::string timeline;
   // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);

@@ -89,14 +89,14 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--attention-lens", cu->attention_lens,
                   "cuda: prompt lengths at which to time the prefill attention of one layer alone");
   cmd->add_option("--decode-kernel", cu->decode_kernel,
-                  "cuda: decode steps of up to 8 rows as one persistent kernel (where the model allows it) or kernel "
-                  "by kernel")
+                  "cuda: decode steps of up to 8 rows kernel by kernel (per-op, the default) or as one persistent "
+                  "kernel (where the model allows it: MXFP4 experts, head_dim 64)")
       ->check(CLI::IsMember({"persistent", "per-op"}));
   cmd->add_option("--persistent-blocks", cu->persistent_blocks, "cuda: the persistent kernel's blocks per SM")
       ->check(CLI::Range(1, 2));
   cmd->add_option("--timeline", cu->timeline,
-                  "cuda: write the persistent kernel's per-SM timeline of one step of the first decode point here "
-                  "(JSON; bench/timeline_png.py draws it)");
+                  "cuda: with --decode-kernel persistent, write its per-SM timeline of one step of the first decode "
+                  "point here (JSON; bench/timeline_png.py draws it)");
   cu->weights.add(cmd);
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;

@@ -13,14 +13,18 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 P=${PRESET:-20b}; D=$M/$P; [ "$P" = 120b ] && D=/dev/shm/120b
 [ -d $D ] || $B synth --preset $P --seed 1 --out $D --quiet
+# KERNELS entries: persistent, persistent2, per-op, or NAME=PATH:KERNEL (another build's osprey,
+# carried, with that decode kernel).
 for k in ${KERNELS:-persistent per-op}; do
-  extra=""
+  bin=$B extra=""
   case $k in
+    *=*) bin=${k#*=}; bin=${bin%%:*}; extra="--decode-kernel ${k##*:}" ;;
     persistent2) extra="--decode-kernel persistent --persistent-blocks 2" ;;
     *) extra="--decode-kernel $k" ;;
   esac
+  k=${k%%=*}
   tl=""; [ "$k" = persistent ] && tl="--timeline $OUT/timeline_${P}.json"
-  $B bench --backend cuda --model $D --weights ${WEIGHTS:-mxfp4} --prefill-lens 16 --batches ${BATCHES:-1,2,4,8} \
+  $bin bench --backend cuda --model $D --weights ${WEIGHTS:-mxfp4} --prefill-lens 16 --batches ${BATCHES:-1,2,4,8} \
     --contexts ${CONTEXTS:-8192} --steps ${STEPS:-32} $extra $tl --json $OUT/bench_${P}_$k.json > $OUT/bench_${P}_$k.log 2>&1
   echo "-- $P $k"; grep -E "^\| [0-9]|rror|loaded" $OUT/bench_${P}_$k.log | grep -v "^| 16 |"
 done

@@ -354,8 +354,8 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
   }
 }
 
-// The persistent decode kernel (the default for decode steps of up to 8 rows) against the same
-// model kernel by kernel: the same bodies and roundings, only the dense GEMMs' K-splits and the
+// The persistent decode kernel (Options::persistent_decode, for decode steps of up to 8 rows)
+// against the same model kernel by kernel: the same bodies and roundings, only the dense GEMMs' K-splits and the
 // norms' thread count (the order of fp32 sums) differ, so the logits agree to ~1e-6 and greedy
 // decoding gives the same tokens, at batch 1, 3 (a bucket of 4 with padding rows) and 8, with the
 // window layers' ring wrapping (prompts past 128 positions).
@@ -363,7 +363,7 @@ TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
   test::TempDir dir;
   GptOssWeights w = persistent_weights(dir, 21);
   const GptOssCudaFp8::Options o{.slots = 8, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
-                                 .cublaslt = false};
+                                 .cublaslt = false, .persistent_decode = true};
   GptOssCudaFp8::Options op = o;
   op.persistent_decode = false;
   GptOssCudaFp8 mp(w, o), mk(w, op);
@@ -404,7 +404,8 @@ TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
 TEST(CudaFp8Model, PersistentDecodeTimeline) {
   test::TempDir dir;
   GptOssWeights w = persistent_weights(dir, 22);
-  GptOssCudaFp8 m(w, {.slots = 2, .max_context = 512, .max_rows = 128, .graphs = true, .kv_blocks = 32});
+  GptOssCudaFp8 m(w, {.slots = 2, .max_context = 512, .max_rows = 128, .graphs = true, .kv_blocks = 32,
+                      .persistent_decode = true});
   CudaSlots s(m);
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5}, slots = {0};
   s.prefill_logits(0, prompt, false);

@@ -104,7 +104,10 @@ __device__ inline bool last_block_to_arrive(int32_t* counter, int blocks) {
 // it quantized for the experts' first GEMM, and in fp32 and BF16 when h_out and h_mxfp4 are given), then the fp32 router logits of experts
 // [8 rb, 8 rb + 8) (a warp each: linear_f32_small's products) into logits [T][E]. The block
 // that finishes last for the token (counter[t], reset for the next use) does the top-k softmax.
-template <class Sync>
+// kRouterInRegs: each warp holds its router row in registers, loaded before the wait (128 of
+// them); false: read from memory in the dot product (the same sums; the persistent kernel, whose
+// registers are the most any of its phases needs).
+template <class Sync, bool kRouterInRegs = true>
 __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
                                       float* h_out, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
                                       float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted,
@@ -114,8 +117,8 @@ __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, f
   const int e = rb * kExpertsPerRouteBlock + warp;
   // The warp's router row is a weight: into registers before pdl_wait, while the kernel before
   // this one (the o-projection) is still finishing.
-  float4 wr[kRouterW4];
-  load_router_row(router, e, E, H, wr);
+  float4 wr[kRouterInRegs ? kRouterW4 : 1];
+  if constexpr (kRouterInRegs) load_router_row(router, e, E, H, wr);
   sync.wait();
   sync.release();
   float v[kRowMax / kRouteThreads];
@@ -125,7 +128,9 @@ __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, f
                                       first && h_out ? h_out + size_t(t) * H : nullptr);
   if (first && h_mxfp4) store_row_mxfp4_layout(row, H, h_mxfp4 + size_t(t) * mxfp4_act_cols(H));
   if (e < E) {
-    const float l = router_logit(wr, router, e, row, H);
+    float l;
+    if constexpr (kRouterInRegs) l = router_logit(wr, router, e, row, H);
+    else l = warp_dot_f32(router + size_t(e) * H, row, H);
     if (lane == 0) logits[size_t(t) * E + e] = l + __bfloat162float(router_bias[e]);
   }
   if (!last_block_to_arrive(counter + t, blk.ny)) return;
