@@ -7,8 +7,9 @@ Usage: timeline_png.py TIMELINE.json OUT.png [--width 1600]
 One row of pixels per persistent block (sorted by SM), time left to right. A block's phase is
 drawn in its kind's colour from the moment its first wait returned to its end; the time before
 (waiting for the phase before to finish on every block) is dark grey, and a phase in which the
-block had no work is light grey. The table splits the summed block time into work, waits and
-phases without work, per kind of phase. Python's standard library only (zlib for the PNG).
+block had no work is light grey. The first table splits the summed block time into work, waits
+and phases without work, per kind of phase; the second the step's critical path (each phase from
+the end of the one before to its own end). Python's standard library only (zlib for the PNG).
 """
 import json
 import struct
@@ -83,6 +84,20 @@ def main():
         print(f"| {k} | {work[k] / total:.1%} | {wait[k] / total:.1%} | {idle[k] / total:.1%} |")
     print(f"| all | {sum(work.values()) / total:.1%} | {sum(wait.values()) / total:.1%} | "
           f"{sum(idle.values()) / total:.1%} |")
+
+    # The step's critical path: each phase from the end of the phase before (on every block) to
+    # its own end, summed by kind.
+    path, prev = defaultdict(float), 0
+    for p in range(P):
+        end = max(rec(p, b)[3] for b in range(G))
+        path[kind(names[p])] += end - prev
+        prev = end
+    layers = sum(1 for n in names if n.endswith(" qkv") and n.startswith("layer "))
+    print(f"\n| phase kind | of the step | us a step | us a layer ({layers} layers) |")
+    print("|---|---:|---:|---:|")
+    for k, v in sorted(path.items(), key=lambda kv: -kv[1]):
+        per = v / layers / 1e3 if layers and any(n.endswith(" " + k) and n.startswith("layer ") for n in names) else 0
+        print(f"| {k} | {v / span:.1%} | {v / 1e3:.0f} | {per:.1f} |" if per else f"| {k} | {v / span:.1%} | {v / 1e3:.0f} | |")
 
 
 if __name__ == "__main__":

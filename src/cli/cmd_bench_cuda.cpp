@@ -66,16 +66,17 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
-                          .max_draft = max_draft, .experts = a.weights.experts(w),
+                          .max_draft = max_draft, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(),
                           .persistent_decode = a.decode_kernel == "persistent",
                           .persistent_blocks_per_sm = a.persistent_blocks});
   CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
   const bool mxfp4 = model.options().experts == GptOssCudaFp8::ExpertWeights::Mxfp4;
-  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU (experts {}, dense fp8), {} KV blocks of {} positions "
+  const bool dense16 = model.options().dense == GptOssCudaFp8::DenseWeights::Bf16;
+  log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU (experts {}, dense {}), {} KV blocks of {} positions "
            "({:.1f} GB)",
-           load_s, model.weight_bytes() / 1e9, mxfp4 ? "mxfp4" : "fp8", model.kv_blocks(),
+           load_s, model.weight_bytes() / 1e9, mxfp4 ? "mxfp4" : "fp8", dense16 ? "bf16" : "fp8", model.kv_blocks(),
            GptOssCudaFp8::kBlockPositions, model.kv_blocks() * model.kv_block_bytes() / 1e9);
   const double usd_per_s = a.usd_per_gpu_hour / 3600.0;
   std::mt19937_64 rng(a.seed);
@@ -87,6 +88,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   nlohmann::json out = {{"model", a.model},
                         {"weights_gb", model.weight_bytes() / 1e9},
                         {"experts", mxfp4 ? "mxfp4" : "fp8"},
+                        {"dense", dense16 ? "bf16" : "fp8"},
                         {"kv_blocks", model.kv_blocks()},
                         {"load_seconds", load_s},
                         {"copy_bandwidth_gbs", bw / 1e9},

@@ -48,7 +48,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
     gpu = std::make_unique<GptOssCudaFp8>(
         w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = ec.max_batched_tokens, .graphs = true,
                                   .kv_blocks = one_sequence_blocks(ctx),
-                                  .max_draft = ec.spec_k, .experts = a.weights.experts(w)});
+                                  .max_draft = ec.spec_k, .experts = a.weights.experts(w), .dense = a.weights.dense_weights()});
     runner = std::make_unique<CudaModelRunner>(*gpu);
   } else {
     cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision));
@@ -140,7 +140,7 @@ void add_generate(CLI::App& app) {
         fp8_model = std::make_unique<GptOssCudaFp8>(
             w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .graphs = true,
                                       .kv_blocks = one_sequence_blocks(ctx),
-                                      .experts = args->weights.experts(w)});
+                                      .experts = args->weights.experts(w), .dense = args->weights.dense_weights()});
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };
       } else {
         if (!opt.sampling.greedy()) fail("--backend cuda --precision {} generates greedily; pass --greedy", args->precision);

@@ -39,7 +39,7 @@ void add_logits(CLI::App& app) {
       const int ctx = int(tokens.size());
       GptOssCudaFp8 model(w, {.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = false,
                               .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4,
-                              .cublaslt = !args->no_cublaslt, .experts = args->weights.experts(w)});
+                              .cublaslt = !args->no_cublaslt, .experts = args->weights.experts(w), .dense = args->weights.dense_weights()});
       CudaSlots seqs(model);
       logits = seqs.prefill_logits(0, tokens, /*all=*/true);
     } else if (args->backend == "cuda") {

@@ -1,5 +1,5 @@
-// --weights auto|mxfp4|fp8|bf16: how the experts' weights live on the GPU (the engine's CUDA
-// path), shared by serve, generate, logits and bench.
+// --weights auto|mxfp4|fp8|bf16 and --dense fp8|bf16: how the experts' and the dense layers'
+// weights live on the GPU (the engine's CUDA path), shared by serve, generate, logits and bench.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
@@ -18,19 +18,28 @@ namespace osprey::cli {
 inline bool auto_picks_mxfp4(double fp8_weight_bytes, double card_bytes) { return fp8_weight_bytes > 0.5 * card_bytes; }
 
 struct WeightsArg {
-  std::string value;  // empty: auto
+  std::string value;          // empty: auto
+  std::string dense = "fp8";  // --dense
   void add(CLI::App* cmd) {
+    cmd->add_option("--dense", dense,
+                    "cuda: the dense layers (attention, unembedding) on the GPU: fp8 (128x128 blocks, FP8 activations, "
+                    "the default: half the bytes) or bf16 (as the checkpoint ships them, BF16 activations: the BF16 "
+                    "path's fidelity)")
+        ->check(CLI::IsMember({"fp8", "bf16"}));
     cmd->add_option("--weights", value,
                     "cuda: the experts on the GPU: mxfp4 (as the checkpoint ships them, 4.25 bits a weight, exact, "
                     "BF16 activations), fp8 (converted to FP8 128x128 blocks, FP8 activations), or auto (the "
                     "default: mxfp4 where FP8 weights would take over half the card, as the 120b does, else fp8, "
-                    "faster today); the dense layers are FP8 either way")
+                    "faster today); the dense layers are as --dense says")
         ->check(CLI::IsMember({"auto", "mxfp4", "fp8", "bf16"}));
   }
   // Refuses, before anything loads, --weights where the run has no engine path to apply it to (the
   // CPU, the CUDA bf16 and fp32 reference paths) or a format that is not built, and --precision
   // mxfp4 on the GPU (the engine's path is fp8 there).
   void check(const std::string& backend, const std::string& precision) const {
+    if (dense != "fp8" && (backend != "cuda" || (!precision.empty() && precision != "fp8")))
+      fail("--dense {} chooses the engine's GPU path (--backend cuda, --precision fp8); this run is --backend {}{}",
+           dense, backend, precision.empty() ? std::string() : " --precision " + precision);
     if (backend == "cuda" && precision == "mxfp4")
       fail("--precision mxfp4 names the CPU emulation; on the GPU the engine's path is --precision fp8 (its experts "
            "as --weights says, mxfp4 by default)");
@@ -46,6 +55,9 @@ struct WeightsArg {
     if (value == "bf16")
       fail("--weights bf16 is not built: BF16 experts take 3.8x the bytes of MXFP4 and hold the same values; use "
            "mxfp4 (exact) or fp8");
+  }
+  GptOssCudaFp8::DenseWeights dense_weights() const {
+    return dense == "bf16" ? GptOssCudaFp8::DenseWeights::Bf16 : GptOssCudaFp8::DenseWeights::Fp8;
   }
   // The engine's choice for this checkpoint (check() has refused what cannot run).
   GptOssCudaFp8::ExpertWeights experts(const GptOssWeights& w) const {

@@ -62,6 +62,7 @@ struct Layer {
   Mxfp4Weight mx1, mx2;  // the experts (ExpertWeights::Mxfp4), else in mlp1 and mlp2 as FP8
   bool fused_qkv = false;  // q, k, v as one [Q + 2 KV][H] weight (when their row counts are multiples of 128)
   Fp8Weight qkv, q, k, v, o, mlp1, mlp2;
+  DeviceArray<cuda::bf16> qkv16, o16;  // DenseWeights::Bf16: [Q + 2 KV][H] (q, k, v stacked), [H][Q]
   DeviceArray<cuda::bf16> qkv_bias;
   DeviceArray<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
   DeviceArray<float> router;  // [E][H] fp32 (routing as on the CPU)
@@ -93,6 +94,8 @@ struct GptOssCudaFp8::Impl {
   std::unique_ptr<cuda::BlockFp8Gemm> lt;
   DeviceArray<cuda::bf16> embed, final_norm;
   Fp8Weight unembed;
+  const bool dense_bf16 = opt.dense == DenseWeights::Bf16;
+  DeviceArray<cuda::bf16> unembed16;  // dense_bf16: [vocab][H]
   std::vector<Layer> layers;
   DeviceArray<float> inv_freq;
   float concentration = 1.0f;
@@ -116,6 +119,10 @@ struct GptOssCudaFp8::Impl {
   ActBuf act_h, act_attn, act_moe, act_a;
   const bool mxfp4 = opt.experts == ExpertWeights::Mxfp4;
   DeviceArray<cuda::bf16> xb, ab;  // MXFP4 experts: their BF16 inputs (norm output, SwiGLU output)
+  // dense_bf16: the norms' fp32 outputs for the dense GEMMs [rows][H], and any dense GEMM's input
+  // rounded to BF16 [rows][max(H, Q)].
+  DeviceArray<float> hn;
+  DeviceArray<cuda::bf16> act16;
   // MXFP4 experts of long prompt chunks (lt_moe): one layer's experts decoded to BF16 (the first
   // GEMM's, then the second's) for cuBLAS's BF16 GEMMs, and its handle.
   DeviceArray<cuda::bf16> experts_bf16;
@@ -226,16 +233,26 @@ struct GptOssCudaFp8::Impl {
     if (mxfp4 && w.fp8)
       fail_plain("this checkpoint was converted to FP8 (`osprey convert`): its experts are no longer MXFP4; run it with "
                  "--weights fp8, or use the original checkpoint");
-    Progress progress(w.fp8 ? "loading fp8 weights to the GPU"
-                            : mxfp4 ? "loading weights to the GPU (experts mxfp4, dense fp8)" : "loading weights to the GPU as fp8",
-                      cfg.num_layers + 1);
+    if (dense_bf16 && w.fp8)
+      fail_plain("this checkpoint was converted to FP8 (`osprey convert`): its dense layers are no longer BF16; run it "
+                 "with --dense fp8, or use the original checkpoint");
+    const std::string what = w.fp8 ? "loading fp8 weights to the GPU"
+                                   : std::string("loading weights to the GPU (experts ") + (mxfp4 ? "mxfp4" : "fp8") +
+                                         ", dense " + (dense_bf16 ? "bf16" : "fp8") + ")";
+    Progress progress(what.c_str(), cfg.num_layers + 1);
     DeviceArray<cuda::bf16> staging;
     DeviceArray<uint8_t> blocks, scales;
     std::vector<uint8_t> tiles_staging;
     embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
     final_norm = upload_bf16(w.final_norm, H);
-    if (w.fp8) upload_fp8(unembed, w.fp8->unembed);
-    else convert_dense(unembed, w.unembed, staging);
+    if (dense_bf16) {
+      unembed16 = upload_bf16(w.unembed.w, size_t(cfg.vocab) * H);
+      weight_bytes += 2.0 * cfg.vocab * H;
+    } else if (w.fp8) {
+      upload_fp8(unembed, w.fp8->unembed);
+    } else {
+      convert_dense(unembed, w.unembed, staging);
+    }
     weight_bytes += 2.0 * cfg.vocab * H;
     progress.advance(1);
     for (const GptOssLayerWeights& L : w.layers) {
@@ -252,8 +269,24 @@ struct GptOssCudaFp8::Impl {
       d.b1 = upload_bf16(L.mlp1.bias, size_t(E) * 2 * I);
       d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
       d.router = cuda::upload_bf16_as_f32(L.router.w, size_t(E) * H);
-      d.fused_qkv = Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0;
-      if (w.fp8) {  // converted checkpoint: upload as is
+      d.fused_qkv = dense_bf16 || (Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0);
+      if (dense_bf16) {
+        std::vector<bf16> qkv16_host(size_t(Q + 2 * KV) * H);
+        std::copy_n(L.q.w, size_t(Q) * H, qkv16_host.begin());
+        std::copy_n(L.k.w, size_t(KV) * H, qkv16_host.begin() + size_t(Q) * H);
+        std::copy_n(L.v.w, size_t(KV) * H, qkv16_host.begin() + size_t(Q + KV) * H);
+        d.qkv16 = upload_bf16(qkv16_host.data(), qkv16_host.size());
+        d.qkv_bias = upload_qkv_bias(L);
+        d.o16 = upload_bf16(L.o.w, size_t(H) * Q);
+        weight_bytes += 2.0 * (qkv16_host.size() + size_t(H) * Q);
+        if (mxfp4) {
+          upload_mxfp4(d.mx1, L.mlp1, tiles_staging);
+          upload_mxfp4(d.mx2, L.mlp2, tiles_staging);
+        } else {
+          convert_experts(d.mlp1, L.mlp1, blocks, scales);
+          convert_experts(d.mlp2, L.mlp2, blocks, scales);
+        }
+      } else if (w.fp8) {  // converted checkpoint: upload as is
         const GptOssFp8Layer& F = w.fp8->layers[layers.size()];
         if (d.fused_qkv) upload_qkv(d, F, L);
         else upload_fp8(d.q, F.q), upload_fp8(d.k, F.k), upload_fp8(d.v, F.v);
@@ -313,6 +346,11 @@ struct GptOssCudaFp8::Impl {
     split_scratch = DeviceArray<float>(size_t(std::max(bucket_max * decode_splits(), R)) * cfg.num_heads *
                                        (cfg.head_dim + 2));
     act_h.reserve(R4, H), act_attn.reserve(R4, Q);
+    if (dense_bf16) {
+      hn = DeviceArray<float>(size_t(R4) * H);
+      act16 = DeviceArray<cuda::bf16>(size_t(R4) * std::max(H, Q));
+      if (!blas) blas = std::make_unique<cuda::Blas>(stream);
+    }
     if (mxfp4) {
       // xb holds the norm output by token, or (lt_moe) gathered by sorted row.
       xb = DeviceArray<cuda::bf16>(size_t(std::max(R4, P)) * mxfp4_act_cols(H));
@@ -320,7 +358,7 @@ struct GptOssCudaFp8::Impl {
       if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E) {
         experts_bf16 = DeviceArray<cuda::bf16>(size_t(E) * std::max(size_t(2) * I * mxfp4_act_cols(H),
                                                                      size_t(H) * mxfp4_act_cols(I)));
-        blas = std::make_unique<cuda::Blas>(stream);
+        if (!blas) blas = std::make_unique<cuda::Blas>(stream);
       }
     } else {
       act_moe.reserve(P, H), act_a.reserve(P, I);
@@ -355,7 +393,7 @@ struct GptOssCudaFp8::Impl {
     }
     OSPREY_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 4));
     const int group = cfg.num_heads / cfg.num_kv_heads;
-    persistent_shapes = mxfp4 && cfg.head_dim == 64 && group <= 16 && group * cfg.head_dim % 128 == 0 &&
+    persistent_shapes = mxfp4 && !dense_bf16 && cfg.head_dim == 64 && group <= 16 && group * cfg.head_dim % 128 == 0 &&
                         cfg.experts_per_token <= 8 && cfg.hidden <= 4096 &&
                         std::all_of(layers.begin(), layers.end(), [](const Layer& L) { return L.fused_qkv; });
   }
@@ -447,6 +485,16 @@ struct GptOssCudaFp8::Impl {
              bool accumulate, float* tmp) {
     dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp);
   }
+  // dense_bf16: y [T][N] (+)= bf16(in [T][K]) . W^T + bias (W [N][K] BF16) through cuBLAS, fp32
+  // sums; accumulate goes through h.
+  void dense16(const cuda::bf16* W, const cuda::bf16* bias, const float* in, float* out, int T, int N, int K,
+               bool accumulate) {
+    cuda::to_bf16(in, act16.ptr, size_t(T) * K, stream);
+    float* dst = accumulate ? h.ptr : out;
+    blas->gemm_bf16(W, act16.ptr, dst, T, N, K);
+    cuda::add_bias(dst, bias, T, N, stream);
+    if (accumulate) cuda::add_inplace(out, dst, size_t(T) * N, stream);
+  }
   void quantize_dense(const float* src, ActBuf& act, int T, int K) {
     cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActScales::dense(fp8::round4(T)), stream);
   }
@@ -479,7 +527,8 @@ struct GptOssCudaFp8::Impl {
     const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
     cuda::embedding(embed.ptr, d_tok.ptr, x.ptr, T, H, stream);
     // The first layer's attention norm; every later norm comes with the previous layer's combine.
-    cuda::rmsnorm_quantize(x.ptr, layers[0].attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, nullptr, stream);
+    cuda::rmsnorm_quantize(x.ptr, layers[0].attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld,
+                           dense_bf16 ? hn.ptr : nullptr, stream);
     std::vector<int32_t> seg_host(E + 1);
     // The experts' segments to the host (one sync; the cuBLAS(Lt) paths need each expert's rows),
     // then fn(e, first row, rows) for every expert that has rows.
@@ -495,7 +544,8 @@ struct GptOssCudaFp8::Impl {
       Layer& L = layers[l];
       const cuda::KvLayerView kv = view(l);
       if (L.fused_qkv) {
-        dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
+        if (dense_bf16) dense16(L.qkv16.ptr, L.qkv_bias.ptr, hn.ptr, qkv.ptr, T, cfg.q_dim() + 2 * cfg.kv_dim(), H, false);
+        else dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
         cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
                                 q.ptr, stream, /*decode_rows=*/pass.newest_only());
       } else {
@@ -509,10 +559,13 @@ struct GptOssCudaFp8::Impl {
       const int window = L.sliding ? cfg.sliding_window : 0;
       // a window spans at most window / 64 + 2 pages
       const int splits = L.sliding ? std::min(pass.attn_splits, window / cuda::kPage + 2) : pass.attn_splits;
+      // The attention's output: quantized for the FP8 o-projection, or in fp32 (attn) for the BF16 one.
+      const cuda::Quantized1x128 attn_q = dense_bf16 ? cuda::Quantized1x128{} : cuda::Quantized1x128{act_attn.q.ptr, act_attn.s.ptr, ld};
+      float* attn_out = dense_bf16 ? attn.ptr : nullptr;
       if (pass.decode_only()) {
-        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale,
-                              splits, split_scratch.ptr, stream, {act_attn.q.ptr, act_attn.s.ptr, ld},
-                              d_merge_count.ptr, /*decode_rows=*/!pass.multi_row);
+        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn_out, T, cfg.num_heads, window, scale,
+                              splits, split_scratch.ptr, stream, attn_q, d_merge_count.ptr,
+                              /*decode_rows=*/!pass.multi_row);
       } else if (cfg.head_dim == 64) {
         const int Q = cfg.q_dim();
         if (pass.decode_rows > 0)
@@ -524,12 +577,13 @@ struct GptOssCudaFp8::Impl {
                               cuda::flash_prefill_splits(p.count, p.p0, cfg.num_heads, cfg.num_kv_heads, window,
                                                          split_scratch.n),
                               split_scratch.ptr);
-        quantize_dense(attn.ptr, act_attn, T, Q);
+        if (!dense_bf16) quantize_dense(attn.ptr, act_attn, T, Q);
       } else {  // every row on the CUDA-core kernel, one split
-        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, nullptr, T, cfg.num_heads, window, scale, 1,
-                              split_scratch.ptr, stream, {act_attn.q.ptr, act_attn.s.ptr, ld});
+        cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn_out, T, cfg.num_heads, window, scale, 1,
+                              split_scratch.ptr, stream, attn_q);
       }
-      dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
+      if (dense_bf16) dense16(L.o16.ptr, L.o_bias.ptr, attn.ptr, x.ptr, T, H, cfg.q_dim(), /*accumulate=*/true);
+      else dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
       // The norm's output also in fp32 (h) for the cuBLAS(Lt) expert paths' gathers, and as BF16 in
       // the MXFP4 activation layout (xb) for the MXFP4 kernels.
@@ -598,16 +652,17 @@ struct GptOssCudaFp8::Impl {
       }
       const cuda::bf16* next_norm = l + 1 < cfg.num_layers ? layers[l + 1].attn_norm.ptr : final_norm.ptr;
       cuda::moe_combine_norm(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, pass.lt_moe ? L.b2.ptr : nullptr, T, Kx, H,
-                             next_norm, eps, act_h.q.ptr, act_h.s.ptr, ld, stream);
+                             next_norm, eps, act_h.q.ptr, act_h.s.ptr, ld, stream, dense_bf16 ? hn.ptr : nullptr);
     }
   }
 
-  // Unembedding of rows [first, last) of a forward over T rows (their final norm is in act_h,
+  // Unembedding of rows [first, last) of a forward over T rows (their final norm is in act_h, or hn,
   // scales ld = round4(T)) into `out` [last - first][vocab]. The range [0, T) may go through
   // cuBLASLt, which writes round4(T) rows: `out` must hold them (the padding rows are garbage);
   // other ranges take the skinny kernel (cuBLASLt reads scales laid out for its own row count).
   void unembed_rows(const Pass& pass, int first, int last, int T, float* out) {
     const int H = cfg.hidden;
+    if (dense_bf16) return dense16(unembed16.ptr, nullptr, hn.ptr + size_t(first) * H, out, last - first, cfg.vocab, H, false);
     Pass p = pass;
     p.lt_dense = pass.lt_dense && first == 0 && last == T;
     dense(p, unembed, nullptr, act_h.q.ptr + size_t(first) * H, act_h.s.ptr + first, fp8::round4(T), out,

@@ -1,6 +1,6 @@
 // The Hopper path: gpt-oss on one GPU. The dense GEMM weights (attention, unembedding) are FP8
 // e4m3 128x128 block-scaled (converted on the GPU at load, bit-identical to model/gpt_oss_fp8.h),
-// their activations quantized in 1x128 blocks; the experts stay MXFP4 as the checkpoint ships
+// their activations quantized in 1x128 blocks, or (dense = Bf16) BF16 with BF16 activations; the experts stay MXFP4 as the checkpoint ships
 // them, multiplied with BF16 activations (kernels/cuda/moe_gemm_mxfp4.cuh), or (experts = Fp8)
 // are converted to FP8 like the dense weights; a paged BF16 KV cache. The model keeps the KV memory; where each sequence's positions live
 // is the engine's block manager's decision (engine/kv_blocks.h), handed over as block tables per
@@ -26,6 +26,10 @@ class GptOssCudaFp8 {
   // How the experts' weights live on the GPU: MXFP4 as shipped (4.25 bits a weight, exact, BF16
   // activations), or converted to FP8 128x128 blocks (8 bits, FP8 activations).
   enum class ExpertWeights { Mxfp4, Fp8 };
+  // How the dense layers' weights (q, k, v, o, the unembedding) live on the GPU: FP8 128x128
+  // blocks with FP8 activations (the default: half the bytes), or BF16 as the checkpoint ships
+  // them, multiplied by cuBLAS on BF16-rounded activations (the fidelity of the BF16 path).
+  enum class DenseWeights { Fp8, Bf16 };
   struct Options {
     int slots = 1;              // sequences in one step at most (page-table rows)
     int max_context = 131072;   // positions per sequence (page-table width)
@@ -46,6 +50,7 @@ class GptOssCudaFp8 {
     // relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
     bool cublaslt = true;
     ExpertWeights experts = ExpertWeights::Mxfp4;  // a converted FP8 checkpoint has only Fp8
+    DenseWeights dense = DenseWeights::Fp8;        // a converted FP8 checkpoint has only Fp8
     // Decode steps of up to 8 rows (not speculative verify chunks) as one persistent kernel
     // (kernels/cuda/decode_persistent.cuh) where the model allows it: MXFP4 experts, head_dim 64,
     // q, k and v fused; else kernel by kernel. Off by default: on the H200 it is still slower

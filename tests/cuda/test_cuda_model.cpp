@@ -130,6 +130,53 @@ TEST(CudaFp8Model, ExpertFormatsMatchTheirCpuEmulations) {
   }
 }
 
+// BF16 dense layers (--dense bf16) with MXFP4 experts: the arithmetic of the CPU's BF16 emulation
+// (GEMM inputs rounded to BF16 where it rounds them; the experts exact), but for the GPU's BF16 KV
+// cache, on parity-b, a prefill (cuBLAS) and decode steps in graphs (cuBLAS captured). Far closer to
+// it than the FP8 dense layers are, and the same argmax at every position.
+TEST(CudaFp8Model, DenseBf16MatchesTheBf16Emulation) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  const int V = w.config.vocab;
+  std::mt19937 rng(4);
+  std::vector<int32_t> tokens(48);
+  for (auto& t : tokens) t = int32_t(rng() % 777);
+  GptOssCpuModel cpu(w, CpuPrecision::Bf16);
+  KvCache c = cpu.new_cache();
+  const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
+  double err[2];
+  for (auto dense : {GptOssCudaFp8::DenseWeights::Bf16, GptOssCudaFp8::DenseWeights::Fp8}) {
+    GptOssCudaFp8 m(w, {.slots = 1, .max_context = 512, .graphs = true, .kv_blocks = 32, .dense = dense});
+    CudaSlots seqs(m);
+    const std::vector<float> gpu = seqs.prefill_logits(0, tokens, /*all=*/true);
+    ASSERT_EQ(gpu.size(), ref.size());
+    const bool bf16 = dense == GptOssCudaFp8::DenseWeights::Bf16;
+    err[bf16 ? 0 : 1] = rel_diff(gpu.data(), ref.data(), ref.size());
+    std::printf("dense %s: prefill of 48 tokens against the BF16 emulation: rel. %.3e\n", bf16 ? "bf16" : "fp8",
+                err[bf16 ? 0 : 1]);
+    if (!bf16) continue;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      const float* g = gpu.data() + p * V;
+      const float* r = ref.data() + p * V;
+      EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(r, r + V) - r) << "position " << p;
+    }
+    // Decode steps (graphs: cuBLAS inside the capture) against the emulation continuing the prompt.
+    KvCache c2 = cpu.new_cache();
+    cpu.forward(tokens, c2, false);
+    for (int i = 0; i < 4; ++i) {
+      const int32_t t = int32_t(rng() % 777);
+      const std::vector<std::vector<float>> g = seqs.decode_logits(std::vector<int32_t>{0}, std::vector<int32_t>{t});
+      const std::vector<float> r = cpu.forward(std::vector<int32_t>{t}, c2, false);
+      const double e = rel_diff(g[0].data(), r.data(), size_t(V));
+      EXPECT_LT(e, 3.0 * err[0] + 1e-4) << "decode step " << i;
+      EXPECT_EQ(std::max_element(g[0].begin(), g[0].end()) - g[0].begin(), std::max_element(r.begin(), r.end()) - r.begin());
+    }
+  }
+  EXPECT_LT(err[0], 0.25 * err[1]);  // BF16 dense: a quarter of FP8's distance at most
+  EXPECT_LT(err[0], 1e-2);
+}
+
 // A long prompt chunk with MXFP4 experts takes cuBLAS on BF16-decoded weights (lt_moe: from 128
 // rows an expert; parity-b's 6 experts x top-3 at 300 tokens give 150), and its dense layers
 // cuBLASLt. parity-b's random weights amplify rounding: another order of sums flips FP8

@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
         case PhaseKind::CombineNorm: {
           const auto& a = ph.as<CombineArgs>();
           moe_combine_norm_body<kThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s,
-                                          a.ld, b, sync);
+                                          a.ld, nullptr, b, sync);
           break;
         }
         case PhaseKind::ArgmaxPartial: {

@@ -113,9 +113,10 @@ inline int moe_rows_max(int T, int k, int E) { return T * k + 4 * E; }
 void moe_swiglu_quantize(const float* t, const bf16* b1, ActScales by_expert, int rows, int I, float alpha, float limit,
                          uint8_t* q, float* s, cudaStream_t st);
 // The MoE combine, x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (b2 [E][H] or null),
-// then rmsnorm_quantize of the new x with `gain` (the next layer's first norm, or the final one).
+// then rmsnorm_quantize of the new x with `gain` (the next layer's first norm, or the final one),
+// the fp32 normalized rows also into h_out when given.
 void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
                       const bf16* b2, int T, int k, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld,
-                      cudaStream_t st);
+                      cudaStream_t st, float* h_out = nullptr);
 
 }  // namespace osprey::cuda

@@ -11,10 +11,14 @@ Blas::Blas(cudaStream_t s) {
   OSPREY_CUBLAS_CHECK(cublasCreate(reinterpret_cast<cublasHandle_t*>(&handle_)));
   OSPREY_CUBLAS_CHECK(cublasSetStream(static_cast<cublasHandle_t>(handle_), s));
   OSPREY_CUBLAS_CHECK(cublasSetMathMode(static_cast<cublasHandle_t>(handle_), CUBLAS_DEFAULT_MATH));
+  // A workspace of its own, so that GEMMs captured into a CUDA graph allocate nothing.
+  OSPREY_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  OSPREY_CUBLAS_CHECK(cublasSetWorkspace(static_cast<cublasHandle_t>(handle_), workspace_, kWorkspaceBytes));
 }
 
 Blas::~Blas() {
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+  if (workspace_) cudaFree(workspace_);
 }
 
 void Blas::gemm_bf16(const bf16* W, const bf16* x, float* y, int T, int N, int K) {

@@ -1,5 +1,7 @@
 // cuBLAS handle bound to a stream, and the BF16 GEMM the BF16 path uses.
 #pragma once
+#include <cstddef>
+
 #include "kernels/cuda/ops.cuh"
 
 namespace osprey::cuda {
@@ -16,7 +18,9 @@ class Blas {
   void gemm_f32(const float* W, const float* x, float* y, int T, int N, int K);
 
  private:
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
   void* handle_ = nullptr;
+  void* workspace_ = nullptr;
 };
 
 }  // namespace osprey::cuda

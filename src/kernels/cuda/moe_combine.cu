@@ -21,8 +21,8 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
                                                                        const int32_t* pair_row, const float* w,
                                                                        const int32_t* idx, const bf16* b2, int k, int H,
                                                                        const bf16* gain, float eps, uint8_t* q,
-                                                                       float* s, int ld) {
-  moe_combine_norm_body<kRowThreads>(x, y, pair_row, w, idx, b2, k, H, gain, eps, q, s, ld, VBlock::this_block(),
+                                                                       float* s, int ld, float* h_out) {
+  moe_combine_norm_body<kRowThreads>(x, y, pair_row, w, idx, b2, k, H, gain, eps, q, s, ld, h_out, VBlock::this_block(),
                                      PdlSync{});
 }
 
@@ -48,12 +48,12 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
 
 void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
                       const bf16* b2, int T, int k, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld,
-                      cudaStream_t st) {
+                      cudaStream_t st, float* h_out) {
   if (T == 0) return;
   check_row(H, "moe_combine_norm");
   if (k > kMaxTopK) fail_plain("moe_combine_norm: at most " + std::to_string(kMaxTopK) + " experts per token");
   launch_pdl("norm", moe_combine_norm_kernel, T, kRowThreads, H * sizeof(float), st, x, y, pair_row, w, idx, b2, k, H, gain,
-             eps, q, s, ld);
+             eps, q, s, ld, h_out);
 }
 
 void moe_swiglu_quantize(const float* t, const bf16* b1, ActScales by_expert, int rows, int I, float alpha, float limit,

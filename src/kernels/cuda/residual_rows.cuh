@@ -9,11 +9,12 @@ namespace osprey::cuda {
 
 // Token blk.x: x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (the MoE combine),
 // then the RMSNorm of the new x[t] with `gain` (the next layer's attention norm or the final
-// norm), quantized for the next GEMM.
+// norm), quantized for the next GEMM (and in fp32 into h_out when given).
 template <int THREADS, class Sync>
 __device__ inline void moe_combine_norm_body(float* x, const float* y, const int32_t* pair_row, const float* w,
                                              const int32_t* idx, const bf16* b2, int k, int H, const bf16* gain,
-                                             float eps, uint8_t* q, float* s, int ld, VBlock blk, const Sync& sync) {
+                                             float eps, uint8_t* q, float* s, int ld, float* h_out, VBlock blk,
+                                             const Sync& sync) {
   extern __shared__ float row[];
   const int t = blk.x;
   // The token's choices and weights (the route kernel's) and its residual row (the o-projection's)
@@ -62,7 +63,8 @@ __device__ inline void moe_combine_norm_body(float* x, const float* y, const int
     v[j] = v[j] + acc[j];
     x[size_t(t) * H + i] = v[j];
   }
-  rmsnorm_quantize_row<THREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
+  rmsnorm_quantize_row<THREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t,
+                                h_out ? h_out + size_t(t) * H : nullptr);
 }
 
 // Token blk.x: x[t] = the embedding of tokens[t] (BF16 table [vocab][H]), then the RMSNorm of it
