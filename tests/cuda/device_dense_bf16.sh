@@ -8,7 +8,7 @@
 # carried). Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
-PATHS=cuda:bf16,cuda:fp8,cuda:fp8:dense=bf16,cuda:fp8:weights=fp8,cuda:fp8:weights=fp8:dense=bf16
+PATHS=${PATHS:-cuda:bf16,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:dense=bf16,cuda:fp8:weights=fp8,cuda:fp8:weights=fp8:dense=bf16}
 if [ -z "${SKIP_FIDELITY:-}" ]; then
   echo "== osprey-mini, ${FID_N:-8} dialogues: GPU paths against the CPU fp32 engine"
   python3 bench/fidelity_paths.py $B models/osprey-mini ${FID_IDS:-build/fid/test.ids} ${FID_N:-8} $PATHS 2>&1 |
@@ -17,6 +17,7 @@ if [ -z "${SKIP_FIDELITY:-}" ]; then
   python3 bench/fidelity_paths.py $B models/osprey-mini ${LONG_IDS:-build/fid/long.ids} 1 $PATHS 2>&1 |
     tee $OUT/fidelity_mini_long.md
 fi
+[ -n "${SKIP_BENCH:-}" ] && exit 0
 P=${PRESET:-20b}; D=$M/$P; [ "$P" = 120b ] && D=/dev/shm/120b
 [ -d $D ] || $B synth --preset $P --seed 1 --out $D --quiet
 for dn in ${DENSE:-fp8 bf16}; do

@@ -132,16 +132,17 @@ TEST(CudaFp8Model, ExpertFormatsMatchTheirCpuEmulations) {
 
 // BF16 dense layers (--dense bf16) with MXFP4 experts: the arithmetic of the CPU's BF16 emulation
 // (GEMM inputs rounded to BF16 where it rounds them; the experts exact), but for the GPU's BF16 KV
-// cache, on parity-b, a prefill (cuBLAS) and decode steps in graphs (cuBLAS captured). Far closer to
-// it than the FP8 dense layers are, and the same argmax at every position.
+// cache, on the mini shape with trained-like branch scales (parity-b's random weights amplify that
+// one difference to 1.4e-2 and flip argmaxes: measured on the H200), a prefill (cuBLAS) and decode
+// steps in graphs (cuBLAS captured). Far closer to it than the FP8 dense layers are, and the same
+// argmax at every position.
 TEST(CudaFp8Model, DenseBf16MatchesTheBf16Emulation) {
   test::TempDir dir;
-  synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
-  GptOssWeights w = GptOssWeights::load(dir.str());
+  GptOssWeights w = mini_weights(dir, 8);
   const int V = w.config.vocab;
   std::mt19937 rng(4);
   std::vector<int32_t> tokens(48);
-  for (auto& t : tokens) t = int32_t(rng() % 777);
+  for (auto& t : tokens) t = int32_t(rng() % 200000);
   GptOssCpuModel cpu(w, CpuPrecision::Bf16);
   KvCache c = cpu.new_cache();
   const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
@@ -165,7 +166,7 @@ TEST(CudaFp8Model, DenseBf16MatchesTheBf16Emulation) {
     KvCache c2 = cpu.new_cache();
     cpu.forward(tokens, c2, false);
     for (int i = 0; i < 4; ++i) {
-      const int32_t t = int32_t(rng() % 777);
+      const int32_t t = int32_t(rng() % 200000);
       const std::vector<std::vector<float>> g = seqs.decode_logits(std::vector<int32_t>{0}, std::vector<int32_t>{t});
       const std::vector<float> r = cpu.forward(std::vector<int32_t>{t}, c2, false);
       const double e = rel_diff(g[0].data(), r.data(), size_t(V));
