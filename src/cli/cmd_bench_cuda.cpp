@@ -49,6 +49,8 @@ void write_timeline(const std::string& path, const GptOssCudaFp8::Timeline& t, i
 }  // namespace
 
 void run_bench_cuda(const BenchCudaArgs& a) {
+  if (a.decode_kernel != "persistent" && (!a.timeline.empty() || a.persistent_blocks != 1))
+    fail("bench: --timeline and --persistent-blocks apply to the persistent decode kernel (--decode-kernel persistent)");
   auto positive = [](const std::string& s, const char* option) {
     return parse_int_list(s, option, "a positive integer", /*positive=*/true);
   };
@@ -120,6 +122,9 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   fmt::print("\ndecode steps select tokens on the GPU: {}\n",
              a.temperature > 0.0f ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
                                   : std::string("argmax"));
+  if (!a.timeline.empty() && std::none_of(batches.begin(), batches.end(), [&](int b) { return model.persistent_decode(b); }))
+    fail("bench: --timeline: no decode batch runs as the persistent kernel (it takes batches of up to 8 rows, MXFP4 "
+         "experts, FP8 dense layers, head_dim 64, and q, k and v in multiples of 128 rows)");
   bool timeline_written = false;
   fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");

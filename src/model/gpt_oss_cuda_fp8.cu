@@ -225,6 +225,8 @@ struct GptOssCudaFp8::Impl {
   Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
     if (opt.slots < 1 || opt.max_context < 1 || opt.max_rows < 1 || !(opt.gpu_memory_utilization > 0.0 && opt.gpu_memory_utilization <= 1.0))
       fail_plain("GptOssCudaFp8: bad options (slots, max_context and max_rows at least 1, gpu_memory_utilization in (0, 1])");
+    if (opt.persistent_blocks_per_sm != 1 && opt.persistent_blocks_per_sm != 2)
+      fail_plain("GptOssCudaFp8: the persistent decode kernel runs 1 or 2 blocks per SM");
     if (cfg.hidden % 16 || cfg.q_dim() % 16 || cfg.intermediate % 16 || cfg.head_dim % 8)
       fail_plain("the FP8 CUDA path needs hidden, heads*head_dim and intermediate sizes that are multiples of 16");
     OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
