@@ -50,7 +50,7 @@ def main():
     t = json.load(open(args[0]))
     G, names, st = t["grid"], t["phases"], t["stamps"]
     P = len(names)
-    rec = lambda p, b: st[p * G + b]  # [sm, start, waited, end]
+    rec = lambda p, b: st[p * G + b]  # [sm, start, first wait returned (None: no work), end]
     span = max(rec(p, b)[3] for p in range(P) for b in range(G))
     row_h = max(1, 600 // G)
     blocks = sorted(range(G), key=lambda b: rec(0, b)[0])
@@ -59,7 +59,7 @@ def main():
     for i, b in enumerate(blocks):
         for p in range(P):
             _, s, w, e = rec(p, b)
-            segs = [(s, e, IDLE)] if w == 0 else [(s, w, WAIT), (w, e, COLOURS.get(kind(names[p]), (0, 0, 200)))]
+            segs = [(s, e, IDLE)] if w is None else [(s, w, WAIT), (w, e, COLOURS.get(kind(names[p]), (0, 0, 200)))]
             for a, z, c in segs:
                 for x in range(px(a), px(z) + 1):
                     for y in range(i * row_h, (i + 1) * row_h):
@@ -71,7 +71,7 @@ def main():
         k = kind(names[p])
         for b in range(G):
             _, s, w, e = rec(p, b)
-            if w == 0:
+            if w is None:
                 idle[k] += e - s
             else:
                 wait[k] += w - s

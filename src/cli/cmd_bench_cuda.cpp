@@ -30,14 +30,16 @@ double seconds_since(clock_type::time_point t0) {
 }
 
 // One persistent step's timeline as JSON: the grid, the phases' names and the stamps
-// [phases][grid][sm, start, first wait returned (0: no work), end] in ns, relative to the step's
-// earliest start.
+// [phases][grid][sm, start, first wait returned (null: no work), end (before the arrival)] in ns,
+// relative to the step's earliest start.
 void write_timeline(const std::string& path, const GptOssCudaFp8::Timeline& t, int context, int batch) {
   uint64_t t0 = UINT64_MAX;
   for (size_t i = 0; i < t.stamps.size(); i += 4) t0 = std::min(t0, t.stamps[i + 1]);
   nlohmann::json stamps = nlohmann::json::array();
   for (size_t i = 0; i < t.stamps.size(); i += 4)
-    stamps.push_back({t.stamps[i], t.stamps[i + 1] - t0, t.stamps[i + 2] ? t.stamps[i + 2] - t0 : 0, t.stamps[i + 3] - t0});
+    stamps.push_back({t.stamps[i], t.stamps[i + 1] - t0,
+                      t.stamps[i + 2] ? nlohmann::json(t.stamps[i + 2] - t0) : nlohmann::json(nullptr),
+                      t.stamps[i + 3] - t0});
   const nlohmann::json j = {{"context", context}, {"batch", batch}, {"grid", t.grid}, {"phases", t.phases},
                             {"stamps", stamps}};
   std::ofstream f(path);
@@ -122,9 +124,10 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   fmt::print("\ndecode steps select tokens on the GPU: {}\n",
              a.temperature > 0.0f ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
                                   : std::string("argmax"));
-  if (!a.timeline.empty() && std::none_of(batches.begin(), batches.end(), [&](int b) { return model.persistent_decode(b); }))
-    fail("bench: --timeline: no decode batch runs as the persistent kernel (it takes batches of up to 8 rows, MXFP4 "
-         "experts, FP8 dense layers, head_dim 64, and q, k and v in multiples of 128 rows)");
+  if (a.decode_kernel == "persistent" &&
+      std::none_of(batches.begin(), batches.end(), [&](int b) { return model.persistent_decode(b); }))
+    fail("bench: --decode-kernel persistent: no decode batch runs as the persistent kernel (it takes batches of up to "
+         "8 rows, MXFP4 experts, FP8 dense layers, head_dim 64, and q, k and v in multiples of 128 rows)");
   bool timeline_written = false;
   fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -398,6 +398,10 @@ struct GptOssCudaFp8::Impl {
     persistent_shapes = mxfp4 && !dense_bf16 && cfg.head_dim == 64 && group <= 16 && group * cfg.head_dim % 128 == 0 &&
                         cfg.experts_per_token <= 8 && cfg.hidden <= 4096 &&
                         std::all_of(layers.begin(), layers.end(), [](const Layer& L) { return L.fused_qkv; });
+    // The persistent plans of the buckets it runs, now: what does not fit (shared memory, blocks
+    // an SM) is refused at load, not at the first step.
+    if (opt.persistent_decode && persistent_shapes)
+      for (int b = 1; b <= std::min(8, bucket_max); b *= 2) persistent_plan(b);
   }
 
   ~Impl() {
@@ -519,7 +523,8 @@ struct GptOssCudaFp8::Impl {
   }
 
   // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x and
-  // its final norm, quantized, in act_h (the unembedding's input).
+  // its final norm, quantized, in act_h (the unembedding's input), and with BF16 dense layers in
+  // fp32 in hn.
   // pass.lt_moe: the experts through cuBLASLt (FP8) or cuBLAS on BF16-decoded weights (MXFP4),
   // one host sync per layer; prefill only.
   void layers_forward(int T, const Pass& pass) {
@@ -900,7 +905,7 @@ struct GptOssCudaFp8::Impl {
     set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
     Pass& pass = st.pass;
     pass.lt_dense = opt.cublaslt;
-    pass.lt_moe = mxfp4 ? blas && T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts
+    pass.lt_moe = mxfp4 ? experts_bf16.ptr && T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts
                         : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&
                               lt->available(4, 2 * I, H) && lt->available(4, H, I);
     pass.attn_splits = pass.decode_rows > 0

@@ -447,8 +447,9 @@ TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
 }
 
 // The persistent kernel's timeline: one record per (phase, block), each block's phase starting
-// before its first wait returns and ending after it, and no block's work in phase p starting
-// before every block has started phase p - 1 (the counter's barrier), with the phases named.
+// before its first wait returns and ending after it, and no block's wait in phase p returning
+// before every block has finished its work of phase p - 1 (the counters' barrier), with the
+// phases named.
 TEST(CudaFp8Model, PersistentDecodeTimeline) {
   test::TempDir dir;
   GptOssWeights w = persistent_weights(dir, 22);
@@ -472,16 +473,16 @@ TEST(CudaFp8Model, PersistentDecodeTimeline) {
   auto at = [&](size_t p, size_t b, int f) { return t.stamps[(p * G + b) * 4 + size_t(f)]; };
   size_t worked = 0;
   for (size_t p = 0; p < P; ++p) {
-    uint64_t prev_start = 0;
+    uint64_t prev_end = 0;  // the last block's end of phase p - 1 (stamped before its arrival)
     if (p > 0)
-      for (size_t b = 0; b < G; ++b) prev_start = std::max(prev_start, at(p - 1, b, 1));
+      for (size_t b = 0; b < G; ++b) prev_end = std::max(prev_end, at(p - 1, b, 3));
     for (size_t b = 0; b < G; ++b) {
       ASSERT_LE(at(p, b, 1), at(p, b, 3)) << "phase " << p;
       if (at(p, b, 2) == 0) continue;  // no work on this block
       ++worked;
       EXPECT_LE(at(p, b, 1), at(p, b, 2)) << "phase " << p;
       EXPECT_LE(at(p, b, 2), at(p, b, 3)) << "phase " << p;
-      EXPECT_GE(at(p, b, 2), prev_start) << "phase " << p << " block " << b;
+      EXPECT_GE(at(p, b, 2), prev_end) << "phase " << p << " block " << b;
     }
   }
   EXPECT_GE(worked, P);  // every phase had work somewhere

@@ -18,11 +18,12 @@ namespace osprey::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // every body's block: 8 warps
-// The streaming bodies' weight rings: with one block an SM deeper than their own kernels' (the
-// block is alone with the SM's shared memory), so that 8 warps keep as many bytes in flight as
-// 16-24 did; with two, their own kernels' depth (what fits twice).
-__host__ __device__ constexpr int skinny_ring(int blocks_per_sm) { return blocks_per_sm == 1 ? 8 : 4; }
-__host__ __device__ constexpr int mxfp4_ring(int blocks_per_sm) { return blocks_per_sm == 1 ? 8 : 4; }
+static_assert(kThreads == kRouteThreads && kThreads == kSkinnyWarps * 32 && kThreads == kWarps * 32,
+              "the bodies' blocks are the persistent kernel's");
+// The streaming bodies' weight rings (the FP8 and the MXFP4 GEMMs'): with one block an SM deeper
+// than their own kernels' (the block is alone with the SM's shared memory), so that 8 warps keep as
+// many bytes in flight as 16-24 did; with two, their own kernels' depth (what fits twice).
+__host__ __device__ constexpr int persistent_ring(int blocks_per_sm) { return blocks_per_sm == 1 ? 8 : 4; }
 
 enum class PhaseKind : int32_t {
   EmbedNorm,
@@ -184,10 +185,10 @@ __global__ void __launch_bounds__(kThreads, MINB)
           break;
         }
         case PhaseKind::Fp8GemmRow1:
-          fp8_skinny_body<1, 1, TimedPhaseSync, skinny_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
+          fp8_skinny_body<1, 1, TimedPhaseSync, persistent_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
           break;
         case PhaseKind::Fp8GemmRow8:
-          fp8_skinny_body<1, 8, TimedPhaseSync, skinny_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
+          fp8_skinny_body<1, 8, TimedPhaseSync, persistent_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
           break;
         case PhaseKind::Rope: {
           const auto& a = ph.as<RopeArgs>();
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
         }
         case PhaseKind::Mxfp4Gemm: {
           const auto& a = ph.as<Mxfp4Args>();
-          mxfp4_decode_body<1, TimedPhaseSync, mxfp4_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
+          mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
           break;
         }
         case PhaseKind::Swiglu: {
@@ -238,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
     // does: its last arrival, after every block's last wait, sets every counter back to zero for
     // the next step (the next launch starts after this one ends).
     __syncthreads();
+    const uint64_t t_end = timeline ? global_ns() : 0;
     if (threadIdx.x == 0) {
       __threadfence();
       if (p + 1 < n_phases) {
@@ -248,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
     }
     if (timeline && threadIdx.x == 0) {
       uint64_t* rec = timeline + (size_t(p) * G + blockIdx.x) * 4;
-      rec[0] = sm_id(), rec[1] = t0, rec[2] = waited, rec[3] = global_ns();
+      rec[0] = sm_id(), rec[1] = t0, rec[2] = waited, rec[3] = t_end;
     }
   }
 }
@@ -277,8 +279,8 @@ PersistentDecode::~PersistentDecode() {
 int PersistentDecode::phases() const { return int(host_.size()); }
 
 void PersistentDecode::add(const PersistentPhase& p0, const char* kind) {
-  names_.push_back(label_.empty() ? std::string(kind) : label_ + " " + kind);
   if (device_) fail_plain("PersistentDecode: the plan is finished");
+  names_.push_back(label_.empty() ? std::string(kind) : label_ + " " + kind);
   PersistentPhase p = p0;
   p.first = vblocks_ % grid_;
   vblocks_ = (vblocks_ + p.nx * p.ny * p.nz) % grid_;
@@ -311,7 +313,7 @@ void PersistentDecode::fp8_gemm(const char* name, const uint8_t* W, const float*
     const double cost = double((blocks + grid_ - 1) / grid_) * ((KB + k - 1) / k + kRoundTrip);
     if (cost < best) best = cost, ks = k;
   }
-  const int smem = int(skinny_smem_bytes(1, R, K, skinny_ring(blocks_per_sm_)));
+  const int smem = int(skinny_smem_bytes(1, R, K, persistent_ring(blocks_per_sm_)));
   add(PersistentPhase::of(R == 1 ? PhaseKind::Fp8GemmRow1 : PhaseKind::Fp8GemmRow8, skinny_grid_x(N, ks), 1, 1, smem,
                           Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, ks}), name);
 }
@@ -351,7 +353,7 @@ void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, c
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
-  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, mxfp4_ring(blocks_per_sm_))),
+  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, persistent_ring(blocks_per_sm_))),
                           Mxfp4Args{W, x, rows, y, ks}), name);
 }
 
@@ -419,13 +421,11 @@ void PersistentDecode::launch(cudaStream_t s, uint64_t* timeline) const {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const int n = int(host_.size());
-  if (blocks_per_sm_ == 1)
-    OSPREY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_decode_kernel<1>, static_cast<const PersistentPhase*>(device_), n,
-                                         counter_, timeline));
-  else
-    OSPREY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_decode_kernel<2>, static_cast<const PersistentPhase*>(device_), n,
-                                         counter_, timeline));
+  const PersistentPhase* phases = device_;
+  int n = int(host_.size());
+  uint32_t* counters = counter_;
+  void* args[] = {&phases, &n, &counters, &timeline};
+  OSPREY_CUDA_CHECK(cudaLaunchKernelExC(&cfg, kernel_for(blocks_per_sm_), args));
 }
 
 }  // namespace osprey::cuda

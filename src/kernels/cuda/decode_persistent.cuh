@@ -4,8 +4,9 @@
 // its own virtual grid; the persistent blocks take a phase's virtual blocks in turn (round robin,
 // continuing where the phase before ended) and wait on a counter instead of a kernel boundary, so a
 // block that finishes a phase starts streaming the weights of its next one while others still
-// work. The arithmetic is the per-op kernels' own, with the same roundings; only the dense GEMMs'
-// K-splits (the order of their fp32 sums) are chosen for this grid.
+// work. The arithmetic is the per-op kernels' own, with the same roundings. Chosen for this grid,
+// and so summed in another order than the per-op path's: the dense GEMMs' K-splits, the norms'
+// thread count (256, not 1,024), the attention's KV splits and its warps a split (8).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -68,7 +69,8 @@ class PersistentDecode {
   void finish();
   // One step: the plan's phases in one launch (capturable in a graph). timeline (optional, null:
   // none): [phases][grid][4] uint64 = the block's SM, the phase's start on that block, the time its
-  // first wait returned (0: the block had no work in the phase) and its end, in globaltimer ns.
+  // first wait returned (0: the block had no work in the phase) and its end (before its arrival),
+  // in globaltimer ns.
   void launch(cudaStream_t s, uint64_t* timeline = nullptr) const;
 
  private:

@@ -12,8 +12,12 @@ Blas::Blas(cudaStream_t s) {
   OSPREY_CUBLAS_CHECK(cublasSetStream(static_cast<cublasHandle_t>(handle_), s));
   OSPREY_CUBLAS_CHECK(cublasSetMathMode(static_cast<cublasHandle_t>(handle_), CUBLAS_DEFAULT_MATH));
   // A workspace of its own, so that GEMMs captured into a CUDA graph allocate nothing.
-  OSPREY_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  OSPREY_CUBLAS_CHECK(cublasSetWorkspace(static_cast<cublasHandle_t>(handle_), workspace_, kWorkspaceBytes));
+  if (cudaMalloc(&workspace_, kWorkspaceBytes) != cudaSuccess ||
+      cublasSetWorkspace(static_cast<cublasHandle_t>(handle_), workspace_, kWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(static_cast<cublasHandle_t>(handle_));
+    if (workspace_) cudaFree(workspace_);
+    fail_plain("cuBLAS: no GPU memory for its 32 MiB workspace");
+  }
 }
 
 Blas::~Blas() {

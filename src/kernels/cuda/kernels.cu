@@ -219,11 +219,11 @@ __device__ float g_argmax_val[kArgmaxMaxRows * kArgmaxChunks];
 __device__ int g_argmax_idx[kArgmaxMaxRows * kArgmaxChunks];
 
 __global__ void argmax_partial_kernel(const float* logits, int V) {
-  argmax_partial_body(logits, V, g_argmax_val, g_argmax_idx, VBlock::this_block(), PdlSync{});
+  argmax_partial_body(logits, V, g_argmax_val, g_argmax_idx, VBlock::this_block(), NoSync{});
 }
 
 __global__ void argmax_final_kernel(int32_t* out, int rows) {
-  argmax_final_body(g_argmax_val, g_argmax_idx, out, rows, VBlock::this_block(), PdlSync{});
+  argmax_final_body(g_argmax_val, g_argmax_idx, out, rows, VBlock::this_block(), NoSync{});
 }
 
 __global__ void argmax_kernel(const float* logits, int32_t* out, int V) {

@@ -192,6 +192,8 @@ __device__ inline void to_bf16_layout_body(const float* x, int T, int K, bf16* o
   reinterpret_cast<__nv_bfloat162*>(out + size_t(t) * Kp)[p / 2] = __floats2bfloat162_rn(v0, v1);
 }
 
+// The experts' clamped SwiGLU (moe_swiglu_bf16): a thread per BF16 pair of the output row's
+// activation layout; rows r < *rows_end of t [.][2I] (+ the row's expert bias when given).
 template <class Sync>
 __device__ inline void swiglu_bf16_body(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha,
                                         float limit, bf16* a, const bf16* bias, const int32_t* seg, int experts,

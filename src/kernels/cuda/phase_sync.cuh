@@ -26,6 +26,12 @@ struct VBlock {
   }
 };
 
+// Kernels launched without PDL: nothing to wait for or to release.
+struct NoSync {
+  __device__ void wait() const {}
+  __device__ void release() const {}
+};
+
 struct PdlSync {
   __device__ void wait() const { pdl_wait(); }
   __device__ void release() const { pdl_launch_dependents(); }
