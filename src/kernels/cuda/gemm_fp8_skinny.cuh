@@ -15,7 +15,7 @@ namespace osprey::cuda {
 // each weight byte once and the tensor cores do the arithmetic. Because a dot product may visit
 // k in any order as long as both operands agree, each thread loads 16 contiguous bytes of its
 // weight row and of its token row and feeds them to the mma's k slots in the same order:
-// 16-byte coalesced loads, no shared memory, no shuffles.
+// 16-byte coalesced loads and no shuffles.
 
 
 // Activations: written by the kernel before, which under PDL may still have been running when
@@ -44,17 +44,6 @@ __host__ __device__ inline size_t skinny_smem_bytes(int NT, int R, int K, int st
   return skinny_stage_bytes(R, K) + size_t(kSkinnyWarps) * (stages ? stages : skinny_stages(NT)) * kRingStage;
 }
 
-// Block: 8 warps = (8 / ks) tiles of 16 weight rows x ks K-splits (a tile's ks partial sums are
-// added in a fixed order through shared memory, so results do not depend on timing; ks = 1: each
-// warp owns a tile over the whole K and writes it directly). blk.y = segment. Each pass
-// covers 8 * NT activation rows, staged with their scales in shared memory by the whole block
-// (one round trip). Each warp streams its weights through a ring of S stages with cp.async
-// (S - 1 blocks of 2 KB in flight per warp, no registers held); every thread copies and later
-// reads back only its own 64 bytes of a stage, so the ring needs no synchronization beyond
-// cp.async.wait_group. A dense GEMM fills its ring before pdl_wait, i.e. while the kernel before
-// it is still finishing.
-// R: activation rows staged per pass (compile time: 8 NT, or 1 for a batch-1 step, which leaves
-// shared memory and, with MINB = 3, registers for a third block per SM).
 // The arguments of one skinny GEMM launch (the launcher's choice of ks included).
 struct Fp8SkinnyArgs {
   const uint8_t* W;  // [E][N][K] codes
@@ -70,7 +59,18 @@ struct Fp8SkinnyArgs {
   int N, K, ks;
 };
 
-// S: the weight ring's depth (S - 1 blocks of 2 KB in flight a warp).
+// Block: 8 warps = (8 / ks) tiles of 16 weight rows x ks K-splits (a tile's ks partial sums are
+// added in a fixed order through shared memory, so results do not depend on timing; ks = 1: each
+// warp owns a tile over the whole K and writes it directly). blk.y = segment. Each pass
+// covers 8 * NT activation rows, staged with their scales in shared memory by the whole block
+// (one round trip). Each warp streams its weights through a ring of S stages with cp.async
+// (S - 1 blocks of 2 KB in flight per warp, no registers held); every thread copies and later
+// reads back only its own 64 bytes of a stage, so the ring needs no synchronization beyond
+// cp.async.wait_group. A dense GEMM fills its ring before its wait, i.e. while the kernel (or
+// phase) before it is still finishing.
+// R: activation rows staged per pass (compile time: 8 NT, or 1 for a batch-1 step, which leaves
+// shared memory and, with MINB = 3, registers for a third block per SM). S: the weight ring's
+// depth (S - 1 blocks of 2 KB in flight a warp).
 template <int NT, int R, class Sync, int S = skinny_stages(NT)>
 __device__ inline void fp8_skinny_body(const Fp8SkinnyArgs& args, VBlock blk, const Sync& sync) {
   const uint8_t* __restrict__ W = args.W;
