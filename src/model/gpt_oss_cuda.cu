@@ -7,6 +7,7 @@
 #include "core/progress.h"
 #include "core/bf16.h"
 #include "kernels/cpu/ops.h"
+#include "model/gpt_oss_forward.h"
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemv.cuh"
@@ -137,10 +138,7 @@ struct GptOssCudaModel::Impl {
       layers.push_back(std::move(d));
     }
     progress.finish();
-    cpu::RopeTable rope = cpu::make_rope_table({.head_dim = cfg.head_dim, .theta = cfg.rope_theta, .factor = cfg.rope_factor,
-                                                .beta_fast = cfg.rope_beta_fast, .beta_slow = cfg.rope_beta_slow,
-                                                .original_max_pos = cfg.rope_original_max_pos, .yarn = cfg.rope_yarn,
-                                                .truncate = cfg.rope_truncate});
+    const cpu::RopeTable rope = gpt_oss_rope_table(cfg);
     inv_freq = DeviceArray<float>(rope.inv_freq.size());
     OSPREY_CUDA_CHECK(cudaMemcpy(inv_freq.ptr, rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
     concentration = rope.concentration;

@@ -14,6 +14,7 @@
 #include "formats/mxfp4.h"
 #include "model/gpt_oss_fp8.h"
 #include "kernels/cpu/ops.h"
+#include "model/gpt_oss_forward.h"
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm.cuh"
@@ -272,6 +273,7 @@ struct GptOssCudaFp8::Impl {
       d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
       d.router = cuda::upload_bf16_as_f32(L.router.w, size_t(E) * H);
       d.fused_qkv = dense_bf16 || (Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0);
+      // The dense layers: BF16 as shipped, a converted checkpoint's FP8 as is, or converted to FP8.
       if (dense_bf16) {
         std::vector<bf16> qkv16_host(size_t(Q + 2 * KV) * H);
         std::copy_n(L.q.w, size_t(Q) * H, qkv16_host.begin());
@@ -281,20 +283,11 @@ struct GptOssCudaFp8::Impl {
         d.qkv_bias = upload_qkv_bias(L);
         d.o16 = upload_bf16(L.o.w, size_t(H) * Q);
         weight_bytes += 2.0 * (qkv16_host.size() + size_t(H) * Q);
-        if (mxfp4) {
-          upload_mxfp4(d.mx1, L.mlp1, tiles_staging);
-          upload_mxfp4(d.mx2, L.mlp2, tiles_staging);
-        } else {
-          convert_experts(d.mlp1, L.mlp1, blocks, scales);
-          convert_experts(d.mlp2, L.mlp2, blocks, scales);
-        }
-      } else if (w.fp8) {  // converted checkpoint: upload as is
+      } else if (w.fp8) {
         const GptOssFp8Layer& F = w.fp8->layers[layers.size()];
         if (d.fused_qkv) upload_qkv(d, F, L);
         else upload_fp8(d.q, F.q), upload_fp8(d.k, F.k), upload_fp8(d.v, F.v);
         upload_fp8(d.o, F.o);
-        upload_fp8(d.mlp1, F.mlp1);
-        upload_fp8(d.mlp2, F.mlp2);
       } else {
         if (d.fused_qkv) {
           convert_qkv(d, L, staging);
@@ -304,23 +297,25 @@ struct GptOssCudaFp8::Impl {
           convert_dense(d.v, L.v, staging);
         }
         convert_dense(d.o, L.o, staging);
-        if (mxfp4) {
-          upload_mxfp4(d.mx1, L.mlp1, tiles_staging);
-          upload_mxfp4(d.mx2, L.mlp2, tiles_staging);
-        } else {
-          convert_experts(d.mlp1, L.mlp1, blocks, scales);
-          convert_experts(d.mlp2, L.mlp2, blocks, scales);
-        }
+      }
+      // The experts: a converted checkpoint's FP8 as is, MXFP4 as shipped, or converted to FP8.
+      if (w.fp8) {
+        const GptOssFp8Layer& F = w.fp8->layers[layers.size()];
+        upload_fp8(d.mlp1, F.mlp1);
+        upload_fp8(d.mlp2, F.mlp2);
+      } else if (mxfp4) {
+        upload_mxfp4(d.mx1, L.mlp1, tiles_staging);
+        upload_mxfp4(d.mx2, L.mlp2, tiles_staging);
+      } else {
+        convert_experts(d.mlp1, L.mlp1, blocks, scales);
+        convert_experts(d.mlp2, L.mlp2, blocks, scales);
       }
       weight_bytes += 4.0 * E * H + 2.0 * (E * 3 * I + E * H);
       progress.advance(1);
       layers.push_back(std::move(d));
     }
     progress.finish();
-    cpu::RopeTable rope = cpu::make_rope_table({.head_dim = cfg.head_dim, .theta = cfg.rope_theta, .factor = cfg.rope_factor,
-                                                .beta_fast = cfg.rope_beta_fast, .beta_slow = cfg.rope_beta_slow,
-                                                .original_max_pos = cfg.rope_original_max_pos, .yarn = cfg.rope_yarn,
-                                                .truncate = cfg.rope_truncate});
+    const cpu::RopeTable rope = gpt_oss_rope_table(cfg);
     inv_freq = upload(rope.inv_freq.data(), rope.inv_freq.size());
     concentration = rope.concentration;
 

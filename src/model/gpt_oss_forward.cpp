@@ -10,22 +10,6 @@ namespace osprey {
 
 namespace {
 
-// Keys/values for one layer: positions before the chunk from the cache, the chunk's own from its buffers.
-struct ChunkKv final : cpu::KvSource {
-  const SequenceKv& cache;
-  int layer, p0;
-  const float *k, *v;  // [T][kv_heads][head_dim]
-  size_t row, head_dim;
-  ChunkKv(const SequenceKv& c, int l, int p0_, const float* k_, const float* v_, size_t row_, size_t d)
-      : cache(c), layer(l), p0(p0_), k(k_), v(v_), row(row_), head_dim(d) {}
-  const float* key(int pos, int g) const override {
-    return pos >= p0 ? k + size_t(pos - p0) * row + g * head_dim : cache.key(layer, pos, g);
-  }
-  const float* value(int pos, int g) const override {
-    return pos >= p0 ? v + size_t(pos - p0) * row + g * head_dim : cache.value(layer, pos, g);
-  }
-};
-
 // Every value to its nearest BF16 (the GPU paths' BF16 tensors).
 void round_to_bf16(std::vector<float>& v) {
   for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
@@ -47,15 +31,7 @@ GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision) :
   else if (w.fp8)
     fail("this checkpoint holds FP8 weights (written by `osprey convert`): run it with --precision fp8");
   bf16_act_ = precision == CpuPrecision::Bf16;
-  const GptOssConfig& c = w.config;
-  rope_ = cpu::make_rope_table({.head_dim = c.head_dim,
-                                .theta = c.rope_theta,
-                                .factor = c.rope_factor,
-                                .beta_fast = c.rope_beta_fast,
-                                .beta_slow = c.rope_beta_slow,
-                                .original_max_pos = c.rope_original_max_pos,
-                                .yarn = c.rope_yarn,
-                                .truncate = c.rope_truncate});
+  rope_ = gpt_oss_rope_table(w.config);
 }
 
 void GptOssCpuModel::linear(const Bf16Matrix& W, const fp8::Matrix* q8, const bf16* bias, const float* x, float* y,
@@ -76,11 +52,26 @@ void GptOssCpuModel::round_act(std::vector<float>& v) const {
   if (bf16_act_) round_to_bf16(v);
 }
 
-KvCache GptOssCpuModel::new_cache() const {
-  const GptOssConfig& c = w_.config;
+cpu::RopeTable gpt_oss_rope_table(const GptOssConfig& c) {
+  return cpu::make_rope_table({.head_dim = c.head_dim,
+                               .theta = c.rope_theta,
+                               .factor = c.rope_factor,
+                               .beta_fast = c.rope_beta_fast,
+                               .beta_slow = c.rope_beta_slow,
+                               .original_max_pos = c.rope_original_max_pos,
+                               .yarn = c.rope_yarn,
+                               .truncate = c.rope_truncate});
+}
+
+std::vector<int> gpt_oss_kv_windows(const GptOssConfig& c) {
   std::vector<int> windows;
   for (bool s : c.layer_is_sliding) windows.push_back(s ? c.sliding_window : 0);
-  return KvCache(windows, c.num_kv_heads, c.head_dim);
+  return windows;
+}
+
+KvCache GptOssCpuModel::new_cache() const {
+  const GptOssConfig& c = w_.config;
+  return KvCache(gpt_oss_kv_windows(c), c.num_kv_heads, c.head_dim);
 }
 
 std::vector<float> GptOssCpuModel::forward(std::span<const int32_t> tokens, SequenceKv& kv, bool all_logits) const {

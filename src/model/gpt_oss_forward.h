@@ -15,6 +15,28 @@
 
 namespace osprey {
 
+// The model's YaRN rotary table, from its config.
+cpu::RopeTable gpt_oss_rope_table(const GptOssConfig& c);
+// Each layer's KV window for KvCache: 0 for full attention, else the sliding window.
+std::vector<int> gpt_oss_kv_windows(const GptOssConfig& c);
+
+// Keys/values of one layer for the attention of a chunk: positions before the chunk (p0) from the
+// cache, the chunk's own from its buffers k, v [T][kv heads][head_dim] (rows `row` floats apart).
+struct ChunkKv final : cpu::KvSource {
+  const SequenceKv& cache;
+  int layer, p0;
+  const float *k, *v;
+  size_t row, head_dim;
+  ChunkKv(const SequenceKv& c, int l, int p0_, const float* k_, const float* v_, size_t row_, size_t d)
+      : cache(c), layer(l), p0(p0_), k(k_), v(v_), row(row_), head_dim(d) {}
+  const float* key(int pos, int g) const override {
+    return pos >= p0 ? k + size_t(pos - p0) * row + g * head_dim : cache.key(layer, pos, g);
+  }
+  const float* value(int pos, int g) const override {
+    return pos >= p0 ? v + size_t(pos - p0) * row + g * head_dim : cache.value(layer, pos, g);
+  }
+};
+
 struct SequenceChunk {
   std::span<const int32_t> tokens;  // at positions kv->length() ..
   SequenceKv* kv;

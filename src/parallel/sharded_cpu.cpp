@@ -5,33 +5,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/gpt_oss_forward.h"
 #include "model/gpt_oss_weights.h"
 
 namespace osprey {
 
 namespace {
-
-// Keys and values of positions before p0 from the cache, of the chunk's own from k and v.
-struct ShardKv final : cpu::KvSource {
-  const SequenceKv& cache;
-  int layer, p0;
-  const float *k, *v;  // [T][kv heads held][head_dim]
-  size_t row, head_dim;
-  ShardKv(const SequenceKv& c, int l, int p, const float* k_, const float* v_, size_t r, size_t d)
-      : cache(c), layer(l), p0(p), k(k_), v(v_), row(r), head_dim(d) {}
-  const float* key(int pos, int g) const override {
-    return pos >= p0 ? k + size_t(pos - p0) * row + g * head_dim : cache.key(layer, pos, g);
-  }
-  const float* value(int pos, int g) const override {
-    return pos >= p0 ? v + size_t(pos - p0) * row + g * head_dim : cache.value(layer, pos, g);
-  }
-};
-
-std::vector<int> layer_windows(const GptOssConfig& c) {
-  std::vector<int> w;
-  for (bool s : c.layer_is_sliding) w.push_back(s ? c.sliding_window : 0);
-  return w;
-}
 
 RankShard shard_of(const GptOssConfig& c, const ParallelLayout& L, const Communicator& comm) {
   if (L.dp != 1) fail("ShardedCpuRank: {}: the CPU's sharded forward takes dp 1 (dp replicas serve other requests)", L.name());
@@ -46,20 +25,13 @@ ShardedCpuRank::ShardedCpuRank(const GptOssWeights& w, const ParallelLayout& L, 
     : w_(w),
       comm_(comm),
       shard_(shard_of(w.config, L, comm)),
-      cache_(layer_windows(w.config), shard_.kv_heads.size(), w.config.head_dim) {
+      rope_(gpt_oss_rope_table(w.config)),
+      cache_(gpt_oss_kv_windows(w.config), shard_.kv_heads.size(), w.config.head_dim) {
   const GptOssConfig& c = w.config;
   if (shard_.intermediate.size() % 32)
     fail("ShardedCpuRank: {}: the intermediate range of rank {} ({} values) is not whole MXFP4 blocks", L.name(),
          comm.rank(), shard_.intermediate.size());
   for (const GptOssLayerWeights& l : w.layers) layers_.push_back(shard_layer(l, c, shard_));
-  rope_ = cpu::make_rope_table({.head_dim = c.head_dim,
-                                .theta = c.rope_theta,
-                                .factor = c.rope_factor,
-                                .beta_fast = c.rope_beta_fast,
-                                .beta_slow = c.rope_beta_slow,
-                                .original_max_pos = c.rope_original_max_pos,
-                                .yarn = c.rope_yarn,
-                                .truncate = c.rope_truncate});
 }
 
 void ShardedCpuRank::attention(int l, float* x, const int32_t* pos, int T) {
@@ -80,7 +52,7 @@ void ShardedCpuRank::attention(int l, float* x, const int32_t* pos, int T) {
   const cpu::AttentionShape shape{.num_heads = hq, .num_kv_heads = hk, .head_dim = d,
                                   .window = L.sliding ? c.sliding_window : 0,
                                   .scale = 1.0f / std::sqrt(float(d))};
-  const ShardKv kv(cache_, l, pos[0], k.data(), v.data(), size_t(hk) * d, size_t(d));
+  const ChunkKv kv(cache_, l, pos[0], k.data(), v.data(), size_t(hk) * d, size_t(d));
   cpu::f32_bf16sink_attention(q.data(), pos, kv, S.sinks.data(), attn.data(), T, shape);
   cache_.append(l, k.data(), v.data(), T);
   cpu::f32_bf16w_matmul(attn.data(), S.o.data(), S.o_bias.empty() ? nullptr : S.o_bias.data(), o.data(), T, H, hq * d);
