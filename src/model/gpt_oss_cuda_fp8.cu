@@ -467,24 +467,26 @@ struct GptOssCudaFp8::Impl {
   // 32+: captured in the step's graph like any kernel); below, the skinny kernel, whose 16-row
   // weight tiles re-read the activations per tile. cuBLASLt reads scales laid out for exactly
   // round4(T) rows.
+  // Whether dense() of T rows takes cuBLASLt (whose output comes without the bias).
+  bool dense_takes_lt(const Pass& pass, const Fp8Weight& W, int T, int ld) const {
+    return pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, W.rows, W.cols);
+  }
+  // bias_later: on the cuBLASLt path the bias is left to the consumer of `out` (the caller adds
+  // it, as add_bias would, where it next reads the rows); the skinny kernel still adds it.
   void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const uint8_t* xq, const float* xs, int ld,
-             float* out, int T, bool accumulate, float* tmp) {
+             float* out, int T, bool accumulate, float* tmp, bool bias_later = false) {
     const int N = W.rows, K = W.cols;
-    if (pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, N, K)) {
+    if (dense_takes_lt(pass, W, T, ld)) {
       lt->run(W.data(), W.scale(), xq, xs, accumulate ? tmp : out, ld, N, K);
-      if (accumulate) {
-        cuda::add_bias(tmp, bias, T, N, stream);
-        cuda::add_inplace(out, tmp, size_t(T) * N, stream);
-      } else {
-        cuda::add_bias(out, bias, T, N, stream);
-      }
+      if (accumulate) cuda::add_bias_accumulate(out, tmp, bias, T, N, stream);
+      else if (!bias_later) cuda::add_bias(out, bias, T, N, stream);
       return;
     }
     cuda::fp8_gemm_dense(W.data(), W.scale(), W.stride(), bias, xq, xs, ld, out, N, accumulate, N, K, T, T, stream);
   }
   void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
-             bool accumulate, float* tmp) {
-    dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp);
+             bool accumulate, float* tmp, bool bias_later = false) {
+    dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp, bias_later);
   }
   // dense_bf16: y [T][N] (+)= bf16(in [T][K]) . W^T + bias (W [N][K] BF16) through cuBLAS, fp32
   // sums; accumulate goes through h.
@@ -493,11 +495,14 @@ struct GptOssCudaFp8::Impl {
     cuda::to_bf16(in, act16.ptr, size_t(T) * K, stream);
     float* dst = accumulate ? h.ptr : out;
     blas->gemm_bf16(W, act16.ptr, dst, T, N, K);
-    cuda::add_bias(dst, bias, T, N, stream);
-    if (accumulate) cuda::add_inplace(out, dst, size_t(T) * N, stream);
+    if (accumulate) cuda::add_bias_accumulate(out, dst, bias, T, N, stream);
+    else cuda::add_bias(dst, bias, T, N, stream);
   }
-  void quantize_dense(const float* src, ActBuf& act, int T, int K) {
-    cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActScales::dense(fp8::round4(T)), stream);
+  // Rows 0..T-1 of src quantized into act, whose scales have leading dimension ld (by default
+  // round4(T): a forward of T rows).
+  void quantize_dense(const float* src, ActBuf& act, int T, int K, int ld = 0) {
+    cuda::quantize_act_1x128(src, nullptr, T, K, act.q.ptr, act.s.ptr, cuda::ActScales::dense(ld ? ld : fp8::round4(T)),
+                             stream);
   }
 
   // The rows of the MXFP4 experts' first GEMM of a T-row forward, sorted by expert (the route
@@ -547,9 +552,12 @@ struct GptOssCudaFp8::Impl {
       const cuda::KvLayerView kv = view(l);
       if (L.fused_qkv) {
         if (dense_bf16) dense16(L.qkv16.ptr, L.qkv_bias.ptr, hn.ptr, qkv.ptr, T, cfg.q_dim() + 2 * cfg.kv_dim(), H, false);
-        else dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr);
+        else dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr, /*bias_later=*/true);
+        // cuBLASLt's output without its bias: the rope kernel adds it as it reads the rows.
+        const bool bias_pending = !dense_bf16 && dense_takes_lt(pass, L.qkv, T, ld);
         cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
-                                q.ptr, stream, /*decode_rows=*/pass.newest_only());
+                                q.ptr, stream, /*decode_rows=*/pass.newest_only(),
+                                bias_pending ? L.qkv_bias.ptr : nullptr);
       } else {
         dense(pass, L.q, L.q_bias.ptr, act_h, q.ptr, T, false, nullptr);
         dense(pass, L.k, L.k_bias.ptr, act_h, k.ptr, T, false, nullptr);
@@ -570,16 +578,22 @@ struct GptOssCudaFp8::Impl {
                               /*decode_rows=*/!pass.multi_row);
       } else if (cfg.head_dim == 64) {
         const int Q = cfg.q_dim();
-        if (pass.decode_rows > 0)
+        if (pass.decode_rows > 0) {
           cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn.ptr, pass.decode_rows, cfg.num_heads,
                                 window, scale, splits, split_scratch.ptr, stream);
-        for (const Prompt& p : pass.prompts)
+          if (!dense_bf16) quantize_dense(attn.ptr, act_attn, pass.decode_rows, Q, ld);
+        }
+        // The prompt rows quantized by the flash kernel itself (rows row0.. of act_attn).
+        for (const Prompt& p : pass.prompts) {
+          const cuda::Quantized1x128 rows_q =
+              dense_bf16 ? cuda::Quantized1x128{}
+                         : cuda::Quantized1x128{act_attn.q.ptr + size_t(p.row0) * Q, act_attn.s.ptr + p.row0, ld};
           cuda::flash_prefill(kv, q.ptr + size_t(p.row0) * Q, L.sinks.ptr, p.slot, p.p0, attn.ptr + size_t(p.row0) * Q,
                               p.count, cfg.num_heads, window, scale, stream,
                               cuda::flash_prefill_splits(p.count, p.p0, cfg.num_heads, cfg.num_kv_heads, window,
                                                          split_scratch.n),
-                              split_scratch.ptr);
-        if (!dense_bf16) quantize_dense(attn.ptr, act_attn, T, Q);
+                              split_scratch.ptr, rows_q);
+        }
       } else {  // every row on the CUDA-core kernel, one split
         cuda::paged_attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, attn_out, T, cfg.num_heads, window, scale, 1,
                               split_scratch.ptr, stream, attn_q);
@@ -587,9 +601,9 @@ struct GptOssCudaFp8::Impl {
       if (dense_bf16) dense16(L.o16.ptr, L.o_bias.ptr, attn.ptr, x.ptr, T, H, cfg.q_dim(), /*accumulate=*/true);
       else dense(pass, L.o, L.o_bias.ptr, act_attn, x.ptr, T, /*accumulate=*/true, h.ptr);
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
-      // The norm's output also in fp32 (h) for the cuBLAS(Lt) expert paths' gathers, and as BF16 in
-      // the MXFP4 activation layout (xb) for the MXFP4 kernels.
-      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, pass.lt_moe ? h.ptr : nullptr,
+      // The norm's output also in fp32 (h) for the MXFP4 cuBLAS path's gather, and as BF16 in the
+      // MXFP4 activation layout (xb) for the MXFP4 kernels.
+      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, mxfp4 && pass.lt_moe ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
                       {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream,
                       mxfp4 && !pass.lt_moe ? xb.ptr : nullptr);
@@ -627,7 +641,9 @@ struct GptOssCudaFp8::Impl {
         cuda::moe_swiglu_bf16(t1.ptr, d_seg.ptr + E, P, I, alpha, limit, ab.ptr, stream);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {
-        cuda::quantize_act_1x128(h.ptr, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr, by_expert, stream);
+        // The route kernel's quantized rows, gathered by expert.
+        cuda::gather_act_1x128(act_h.q.ptr, act_h.s.ptr, ld, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr,
+                               by_expert, stream);
         sync_segments();
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
         each_expert([&](int e, int r0, int n) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -396,6 +397,22 @@ void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kv
                               {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
   EXPECT_LT(rel_err(out.get(), ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits
                                          << " heads " << heads << "/" << kvh;
+  // Quantized for the o-projection (in the epilogue at 8 query heads a KV head, else after it):
+  // the codes and scales quantize_act_1x128 makes of the fp32 result, bit for bit, written at a
+  // chunk's rows (offset 5 rows into matrices of ld = round4(T + 5)).
+  const int Q = heads * d, ld = fp8::round4(T + 5), KB = fp8::blocks(Q);
+  if (Q % 128) return;
+  Dev<float> s1(size_t(KB) * ld), s2(s1.n), tmp(q.size());
+  Dev<uint8_t> q1(size_t(T + 5) * Q), q2(q1.n);
+  cuda::quantize_act_1x128(out.p, nullptr, T, Q, q1.p + size_t(5) * Q, s1.p + 5, cuda::ActScales::dense(ld), nullptr);
+  cuda::flash_prefill(cache.view, dq.p, as_dev_bf16(ds), 1, p0, tmp.p, T, heads, window, 0.125f, nullptr, splits,
+                      scratch.p, {q2.p + size_t(5) * Q, s2.p + 5, ld});
+  auto c1 = q1.get(), c2 = q2.get();
+  ASSERT_TRUE(std::equal(c1.begin() + size_t(5) * Q, c1.end(), c2.begin() + size_t(5) * Q))
+      << "T " << T << " window " << window << " splits " << splits << " heads " << heads << "/" << kvh;
+  auto a1 = s1.get(), a2 = s2.get();
+  for (int kb = 0; kb < KB; ++kb)
+    for (int t = 5; t < T + 5; ++t) ASSERT_EQ(a1[size_t(kb) * ld + t], a2[size_t(kb) * ld + t]) << kb << " " << t;
 }
 
 TEST(CudaFp8, FlashPrefillMatchesCpu) {
@@ -547,6 +564,54 @@ TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
   EXPECT_EQ(b.v.get(), a.v.get());
 }
 
+// The QKV bias added by the rope kernel as it reads the rows (a cuBLASLt output comes without it)
+// equals add_bias first, bit for bit.
+TEST_P(Fp8Tokens, QkvRopeToCacheAddsTheBiasAsAddBiasWould) {
+  const int T = GetParam(), heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d, max_pages = 8;
+  auto qkv = randf(size_t(T) * W, 104, 3.0f);
+  auto bias = randbf(W, 105, 2.0f);
+  std::vector<int32_t> pos(T), slot(T, 1);
+  for (int t = 0; t < T; ++t) pos[t] = 100 + 3 * t;
+  std::vector<float> inv(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(150000.0f, -2.0f * i / d);
+  Dev<float> d1(qkv), d2(qkv), q1(size_t(T) * heads * d), q2(q1.n), dinv(inv);
+  Dev<bf16> db(bias);
+  Dev<int32_t> dpos(pos), dslot(slot);
+  DeviceKvLayer a(2, kvh, d, 0, 0, max_pages, 90), b(2, kvh, d, 0, 0, max_pages, 90);
+  cuda::add_bias(d1.p, as_dev_bf16(db), T, W, nullptr);
+  cuda::qkv_rope_to_cache(a.view, d1.p, dslot.p, dpos.p, dinv.p, 1.3f, T, heads, q1.p, nullptr);
+  cuda::qkv_rope_to_cache(b.view, d2.p, dslot.p, dpos.p, dinv.p, 1.3f, T, heads, q2.p, nullptr, false, as_dev_bf16(db));
+  EXPECT_EQ(q1.get(), q2.get());
+  auto bits = [](const std::vector<bf16>& h) {
+    std::vector<uint16_t> u(h.size());
+    std::memcpy(u.data(), h.data(), h.size() * 2);
+    return u;
+  };
+  EXPECT_EQ(bits(a.k.get()), bits(b.k.get()));
+  EXPECT_EQ(bits(a.v.get()), bits(b.v.get()));
+  EXPECT_EQ(d2.get(), qkv);  // the input rows are left as they were
+}
+
+// The o-projection's accumulate (cuBLASLt output + bias into the residual stream) in one pass:
+// the sums of add_bias then add_inplace, bit for bit; 2880 columns (16-byte steps) and 30 (one
+// value a thread), with and without a bias.
+TEST_P(Fp8Tokens, AddBiasAccumulateEqualsAddBiasThenAdd) {
+  const int T = GetParam();
+  for (int N : {2880, 30})
+    for (bool with_bias : {true, false}) {
+      auto x = randf(size_t(T) * N, 106, 5.0f), y = randf(size_t(T) * N, 107, 5.0f);
+      auto bias = randbf(N, 108, 2.0f);
+      Dev<float> x1(x), x2(x), y1(y), y2(y);
+      Dev<bf16> db(bias);
+      const cuda::bf16* b = with_bias ? as_dev_bf16(db) : nullptr;
+      cuda::add_bias(y1.p, b, T, N, nullptr);
+      cuda::add_inplace(x1.p, y1.p, size_t(T) * N, nullptr);
+      cuda::add_bias_accumulate(x2.p, y2.p, b, T, N, nullptr);
+      EXPECT_EQ(x1.get(), x2.get()) << "N " << N << (with_bias ? " with bias" : "");
+      EXPECT_EQ(y2.get(), y);
+    }
+}
+
 // The fused MoE front (blocks of 8 experts, the last one for a token doing the top-k): its fp32
 // rows match rmsnorm_to_f32 within 1e-6 (another reduction order), its codes and scales are
 // quantize_act_1x128 of exactly those rows, and its router logits and top-k are linear_f32_small
@@ -612,6 +677,62 @@ TEST(CudaFp8, MoeRouteTiledEqualsNormRouterTopk) {
   for (int T : {513, 1000, 2048, 4300}) {
     MoeRouteCase(T, 32);
     MoeRouteCase(T, 128);
+  }
+}
+
+// The tiled kernel's norms (a warp per row) and logits are the per-token kernel's (a block per
+// row) bit for bit: rows 0..511 of a 513-token chunk against the same 512 rows routed alone.
+TEST(CudaFp8, MoeRouteTiledRowsEqualPerTokenRows) {
+  const int H = 2880, E = 32, k = 4, KB = fp8::blocks(H);
+  auto x = randf(size_t(513) * H, 114, 4.0f);
+  auto g = randbf(H, 115);
+  auto router = randf(size_t(E) * H, 116, 0.05f);
+  auto rb = randbf(E, 117);
+  Dev<float> dx(x), dr(router);
+  Dev<bf16> dg(g), drb(rb);
+  struct Out {
+    std::vector<float> h, s, logits;
+    std::vector<uint8_t> q;
+  };
+  auto route = [&](int T) {
+    const int P = cuda::moe_rows_max(T, k, E), ld = fp8::round4(T);
+    Dev<float> h(size_t(T) * H), sc(size_t(KB) * ld), logits(size_t(T) * E), w(size_t(T) * k);
+    Dev<uint8_t> q(size_t(T) * H);
+    Dev<int32_t> idx(size_t(T) * k), counters(std::vector<int32_t>(T + 1, 0)), seg(E + 1), row_token(P),
+        pair_row(size_t(T) * k), active(E);
+    cuda::moe_route(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q.p, sc.p, ld, h.p, dr.p, as_dev_bf16(drb), E, k, logits.p,
+                    counters.p, idx.p, w.p, {seg.p, row_token.p, pair_row.p, active.p}, nullptr);
+    return Out{h.get(), sc.get(), logits.get(), q.get()};
+  };
+  Out tiled = route(513), per_token = route(512);
+  auto head = [](std::vector<float> v, size_t n) { v.resize(n); return v; };
+  EXPECT_EQ(head(tiled.h, size_t(512) * H), per_token.h);
+  EXPECT_EQ(head(tiled.logits, size_t(512) * E), per_token.logits);
+  EXPECT_TRUE(std::equal(per_token.q.begin(), per_token.q.end(), tiled.q.begin()));
+  const std::vector<float>&s1 = tiled.s, &s2 = per_token.s;
+  for (int kb = 0; kb < KB; ++kb)
+    for (int t = 0; t < 512; ++t) ASSERT_EQ(s1[size_t(kb) * 516 + t], s2[size_t(kb) * 512 + t]) << kb << " " << t;
+}
+
+// The experts' input rows gathered from the route kernel's quantized rows equal the quantization of
+// the gathered fp32 rows bit for bit, padding rows (zeros, scale 1) included; K 2880 (22.5 blocks,
+// 4 codes a lane) and 150 (one code at a time).
+TEST_P(Fp8Tokens, GatherActEqualsQuantizeOfGatheredRows) {
+  const int T = GetParam(), E = 8, k = 4;
+  for (int K : {2880, 150}) {
+    const int ld = fp8::round4(T), KB = fp8::blocks(K), P = cuda::moe_rows_max(T, k, E);
+    DevSortedPairs sorted(modular_choices(T, k, E, 1, 3), T, k, E);
+    const cuda::ActScales by_expert = cuda::ActScales::by_expert(sorted.seg.p, E);
+    Dev<float> x(randf(size_t(T) * K, 123, 6.0f)), s_in(size_t(KB) * ld), s1(size_t(P) * KB), s2(s1.n);
+    Dev<uint8_t> q_in(size_t(T) * K), q1(size_t(P) * K), q2(q1.n);
+    cuda::quantize_act_1x128(x.p, nullptr, T, K, q_in.p, s_in.p, cuda::ActScales::dense(ld), nullptr);
+    cuda::quantize_act_1x128(x.p, sorted.row_token.p, P, K, q1.p, s1.p, by_expert, nullptr);
+    cuda::gather_act_1x128(q_in.p, s_in.p, ld, sorted.row_token.p, P, K, q2.p, s2.p, by_expert, nullptr);
+    const int rows = sorted.seg.get()[E];
+    auto c1 = q1.get(), c2 = q2.get();
+    ASSERT_TRUE(std::equal(c1.begin(), c1.begin() + size_t(rows) * K, c2.begin())) << "K " << K;
+    auto a1 = s1.get(), a2 = s2.get();
+    ASSERT_TRUE(std::equal(a1.begin(), a1.begin() + size_t(rows) * KB, a2.begin())) << "K " << K;
   }
 }
 

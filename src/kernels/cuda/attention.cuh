@@ -28,10 +28,11 @@ void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_
 // [rows][heads][d]; k heads rotated and v written to the cache at (slot[r], pos[r]) as BF16
 // (rope + kv_write in one kernel; the same arithmetic). decode_rows: the rows are decode rows (each
 // its slot's newest position) and the next kernel is paged_attention with decode_rows, which may
-// then start before this kernel waits on the one before it.
+// then start before this kernel waits on the one before it. bias (BF16 [(heads + 2 kv_heads) d],
+// optional): added to each value as it is read (the add_bias a GEMM without one leaves).
 void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
                        const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s,
-                       bool decode_rows = false);
+                       bool decode_rows = false, const bf16* bias = nullptr);
 
 // Where a kernel writes its output rows quantized for the next FP8 GEMM: codes [rows][K] and
 // 1x128 scales [K/128][ld] (formats/fp8.h's activation layout). q == null: not wanted.
@@ -71,8 +72,13 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits);
 // separate blocks (partial states in `scratch`, T * heads * splits * (d + 2) floats), then merged;
 // the sink enters the first range only. A chunk deep in a long sequence then runs on many more
 // blocks than its queries alone fill (a 168-token chunk at 100k positions: 84 blocks otherwise).
+// quant (optional): the result quantized for the o-projection (rows 0..T-1 of quant; offset its
+// pointers for a chunk's first row), the codes and scales quantize_act_1x128 makes of `out`; then
+// `out` is scratch (written only where the quantization cannot be fused: split-KV, or a head group
+// other than 8, whose 128-column blocks a warp's rows do not cover).
 void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
-                   int heads, int window, float scale, cudaStream_t s, int splits = 1, float* scratch = nullptr);
+                   int heads, int window, float scale, cudaStream_t s, int splits = 1, float* scratch = nullptr,
+                   Quantized1x128 quant = {});
 // The split count for a chunk of T tokens after p0 positions: enough blocks for about 8 waves, at
 // least 1024 keys per split, at most 32 and what scratch_floats holds; 1 for windowed layers.
 int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats);

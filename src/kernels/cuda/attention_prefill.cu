@@ -5,6 +5,8 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/fp8.cuh"
 
 namespace osprey::cuda {
 
@@ -45,7 +47,7 @@ __device__ inline void load_kv_tile(FaTile& t, const KvLayerView& L, int slot, i
 __global__ void __launch_bounds__(kFaThreads, 2)
     flash_prefill_kernel(KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot, int p0,
                          float* __restrict__ out, int T, int heads, int window, float scale_log2,
-                         float* __restrict__ part) {
+                         float* __restrict__ part, Quantized1x128 quant) {
   __shared__ __align__(128) FaTile tiles[2];
   const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
   // The heaviest blocks (the last queries see the most keys) start first.
@@ -165,6 +167,35 @@ __global__ void __launch_bounds__(kFaThreads, 2)
     }
     return;
   }
+  if (quant.q) {
+    // Group 8 (the launcher's condition): the warp's rows g + 8i are head g of token 2 warp + i,
+    // so the 8 lanes of heads 2b and 2b + 1 (lanes 8b..8b+7) hold one 128-column block of that
+    // token's output row; they quantize it as quantize_act_1x128 would (warp_quantize_block128's
+    // amax, scale and codes).
+    const int K = heads * kFaD;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int tok = row_tok(i);
+      if (!row_valid(i)) continue;  // warp-uniform: row i of every lane is token 2 warp + i
+      const float inv = 1.0f / l[i];
+      float v[16], amax = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        v[2 * n] = acc[n][2 * i] * inv, v[2 * n + 1] = acc[n][2 * i + 1] * inv;
+        amax = fmaxf(amax, fmaxf(fabsf(v[2 * n]), fabsf(v[2 * n + 1])));
+      }
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float sc = fp8_block_scale(amax);
+      uint8_t* qrow = quant.q + size_t(tok) * K + size_t(row_head(i)) * kFaD;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<uint16_t*>(qrow + n * 8 + 2 * c) =
+            uint16_t(e4m3_code(v[2 * n] / sc) | (uint32_t(e4m3_code(v[2 * n + 1] / sc)) << 8));
+      if ((lane & 7) == 0) quant.s[size_t(row_head(i) * kFaD / 128) * quant.ld + tok] = sc;
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (!row_valid(i)) continue;
@@ -209,7 +240,8 @@ int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, siz
 }
 
 void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
-                   int heads, int window, float scale, cudaStream_t s, int splits, float* scratch) {
+                   int heads, int window, float scale, cudaStream_t s, int splits, float* scratch,
+                   Quantized1x128 quant) {
   if (T == 0) return;
   if (L.d != kFaD) fail_plain("flash_prefill: head_dim must be 64");
   const int group = heads / L.kv_heads;
@@ -217,13 +249,18 @@ void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int 
   if (splits < 1 || (splits > 1 && !scratch)) fail_plain("flash_prefill: splits need scratch");
   const int per_block = kFaRows / group;
   dim3 grid(unsigned(L.kv_heads), unsigned((T + per_block - 1) / per_block), unsigned(splits));
+  // The quantization in the epilogue: one split, and 8 query heads a KV head (see the kernel).
+  const bool fused_quant = quant.q && splits == 1 && group == 8;
   flash_prefill_kernel<<<grid, kFaThreads, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e,
-                                                   scratch);
+                                                   scratch, fused_quant ? quant : Quantized1x128{});
   OSPREY_CUDA_CHECK(cudaGetLastError());
-  if (splits == 1) return;
-  const size_t n = size_t(T) * heads * kFaD;
-  flash_merge_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(scratch, out, T * heads, splits);
-  OSPREY_CUDA_CHECK(cudaGetLastError());
+  if (splits > 1) {
+    const size_t n = size_t(T) * heads * kFaD;
+    flash_merge_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(scratch, out, T * heads, splits);
+    OSPREY_CUDA_CHECK(cudaGetLastError());
+  }
+  if (quant.q && !fused_quant)
+    quantize_act_1x128(out, nullptr, T, heads * kFaD, quant.q, quant.s, ActScales::dense(quant.ld), s);
 }
 
 }  // namespace osprey::cuda

@@ -93,11 +93,20 @@ __device__ inline float warp_quantize_block128(const float (&v)[4], int c0, int 
 #pragma unroll
   for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
   const float sc = fp8_block_scale(warp_max(amax));
+  const int c = c0 + lane * 4;
+  if (K % 4 == 0 && (reinterpret_cast<uintptr_t>(q_row) & 3) == 0) {
+    // The lane's 4 codes in one 32-bit store (its columns all exist or none do).
+    if (c < K) {
+      uint32_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = c0 + lane * 4 + i;
-    if (c < K) q_row[c] = e4m3_code(v[i] / sc);
+      for (int i = 0; i < 4; ++i) packed |= uint32_t(e4m3_code(v[i] / sc)) << (8 * i);
+      *reinterpret_cast<uint32_t*>(q_row + c) = packed;
+    }
+    return sc;
   }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (c + i < K) q_row[c + i] = e4m3_code(v[i] / sc);
   return sc;
 }
 

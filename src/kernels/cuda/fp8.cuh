@@ -33,6 +33,13 @@ struct ActScales {
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActScales scales,
                         cudaStream_t st);
 
+// The rows of an already quantized matrix (codes q_in [.][K], dense scales s_in [K/128][ld_in])
+// gathered into another layout: row r takes row in_rows[r] (< 0: a zero row with scale 1, as
+// quantize_act_1x128 makes of padding). The codes and scales quantize_act_1x128 would make of the
+// gathered fp32 rows, without reading them.
+void gather_act_1x128(const uint8_t* q_in, const float* s_in, int ld_in, const int32_t* in_rows, int rows, int K,
+                      uint8_t* q, float* s, ActScales scales, cudaStream_t st);
+
 // RMSNorm (as rmsnorm_to_f32) fused with quantize_act_1x128 of the result (dense layout with ld);
 // h_out (optional) receives the fp32 normalized rows.
 void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,

@@ -42,6 +42,28 @@ __device__ inline int segment_of(const ActSegments& sg, int r) {
 __device__ inline void swiglu_block4(const float* t, int kb, int I, float alpha, float limit, float (&v)[4],
                                      const bf16* b = nullptr) {
   const int lane = threadIdx.x & 31;
+  const int c0 = kb * kB + lane * 4;
+  if (I % 4 == 0 && (reinterpret_cast<uintptr_t>(t) & 15) == 0 && (reinterpret_cast<uintptr_t>(b) & 15) == 0) {
+    // The lane's 4 (gate, up) pairs as two 16-byte loads (and its 8 bias values as one): the
+    // same values and sums as below. Its columns all exist or none do.
+    if (c0 >= I) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = 0.0f;
+      return;
+    }
+    const float4 p0 = __ldcg(reinterpret_cast<const float4*>(t + 2 * c0));
+    const float4 p1 = __ldcg(reinterpret_cast<const float4*>(t + 2 * c0) + 1);
+    float gt[4] = {p0.x, p0.z, p1.x, p1.z}, up[4] = {p0.y, p0.w, p1.y, p1.w};
+    if (b) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(b + 2 * c0));
+      const __nv_bfloat162* bp = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) gt[i] += __low2float(bp[i]), up[i] += __high2float(bp[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = swiglu_clamped(gt[i], up[i], alpha, limit);
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int c = kb * kB + lane * 4 + i;
@@ -55,11 +77,14 @@ __device__ inline void swiglu_block4(const float* t, int kb, int I, float alpha,
 }
 
 // Scale offset of (row r, block kb) in a segment layout.
-__device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
-  if (!sg.seg) return size_t(kb) * sg.ld + r;
-  const int lo = segment_of(sg, r);
+// (seg: row r lies in segment lo.)
+__device__ inline size_t act_scale_index_in(const ActSegments& sg, int KB, int r, int kb, int lo) {
   const int s0 = sg.seg[lo], len = sg.seg[lo + 1] - s0;
   return size_t(KB) * s0 + size_t(kb) * len + (r - s0);
+}
+__device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
+  if (!sg.seg) return size_t(kb) * sg.ld + r;
+  return act_scale_index_in(sg, KB, r, kb, segment_of(sg, r));
 }
 
 // Per-token row kernels: thread i of a block holds values i, i + THREADS, .. of a row in
@@ -119,6 +144,51 @@ __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS],
     if (lane == 0) s[size_t(kb) * ld + t] = sc;
   }
   __syncthreads();
+}
+
+// One warp's rmsnorm_quantize_row<THREADS> of row t, the same bits as a block of THREADS threads
+// computes: lane l sums the squares virtual thread l + 32 w would hold (w < THREADS / 32) in that
+// thread's order, each virtual warp's sum goes through the same butterfly, and the THREADS / 32
+// sums through the one the block's warp 0 does. row (shared, H floats) holds the raw row on entry
+// and the normalized one on return (as h_out, when given); codes q [H] and scales s[kb * ld + t].
+// Warp-synchronous: several warps normalize several rows at once, without block barriers.
+template <int THREADS>
+__device__ inline void warp_rmsnorm_quantize_row(float* row, const bf16* gain, int H, float eps, uint8_t* q, float* s,
+                                                 int ld, int t, float* h_out) {
+  constexpr int PER = kRowMax / THREADS, NW = THREADS / 32;
+  const int lane = threadIdx.x & 31;
+  float mine = 0.0f;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    float ss = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = lane + 32 * w + j * THREADS;
+      const float v = i < H ? row[i] : 0.0f;
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (lane == w) mine = ss;
+  }
+  const float r = rsqrtf(warp_sum(lane < NW ? mine : 0.0f) / H + eps);
+  __syncwarp();
+  for (int i = lane; i < H; i += 32) {
+    const float n = __bfloat162float(gain[i]) * (row[i] * r);
+    row[i] = n;
+    if (h_out) h_out[i] = n;
+  }
+  __syncwarp();
+  const int KB = (H + kB - 1) / kB;
+  for (int kb = 0; q && kb < KB; ++kb) {
+    float w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = kb * kB + lane * 4 + i;
+      w[i] = c < H ? row[c] : 0.0f;
+    }
+    const float sc = warp_quantize_block128(w, kb * kB, H, q);
+    if (lane == 0) s[size_t(kb) * ld + t] = sc;
+  }
 }
 
 template <int THREADS>

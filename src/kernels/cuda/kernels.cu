@@ -57,6 +57,27 @@ __global__ void add_kernel(float* x, const float* y, size_t n) {
   if (i < n) x[i] += y[i];
 }
 
+// Four columns a thread (N % 4 == 0).
+__global__ void add_bias_accumulate4_kernel(float4* x, const float4* y, const bf16* bias, int N, size_t n4) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  float4 a = x[i];
+  const float4 b = y[i];
+  if (bias) {
+    const int c = int((4 * i) % size_t(N));
+    a.x = a.x + (b.x + __bfloat162float(bias[c])), a.y = a.y + (b.y + __bfloat162float(bias[c + 1]));
+    a.z = a.z + (b.z + __bfloat162float(bias[c + 2])), a.w = a.w + (b.w + __bfloat162float(bias[c + 3]));
+  } else {
+    a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+  }
+  x[i] = a;
+}
+
+__global__ void add_bias_accumulate_kernel(float* x, const float* y, const bf16* bias, int N, size_t n) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] + (bias ? y[i] + __bfloat162float(bias[i % N]) : y[i]);
+}
+
 __global__ void to_bf16_kernel(const float* src, bf16* dst, size_t n) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = __float2bfloat16(src[i]);
@@ -301,6 +322,17 @@ void add_bias(float* y, const bf16* bias, int T, int N, cudaStream_t s) {
 }
 void add_inplace(float* x, const float* y, size_t n, cudaStream_t s) {
   add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  check_launch();
+}
+void add_bias_accumulate(float* x, const float* y, const bf16* bias, int T, int N, cudaStream_t s) {
+  const size_t n = size_t(T) * N;
+  if (n == 0) return;
+  const bool vec = N % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
+  if (vec)
+    add_bias_accumulate4_kernel<<<blocks_for(n / 4), kThreads, 0, s>>>(reinterpret_cast<float4*>(x),
+                                                                        reinterpret_cast<const float4*>(y), bias, N, n / 4);
+  else
+    add_bias_accumulate_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, bias, N, n);
   check_launch();
 }
 void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t s) {

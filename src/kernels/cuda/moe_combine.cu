@@ -37,11 +37,12 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
   if (warp >= rows * KB) return;
   const int r = warp / KB, kb = warp % KB;
   if (r >= sg.seg[sg.experts]) return;
-  const bf16* b = b1 ? b1 + size_t(segment_of(sg, r)) * 2 * I : nullptr;
+  const int e = segment_of(sg, r);
+  const bf16* b = b1 ? b1 + size_t(e) * 2 * I : nullptr;
   float v[4];
   swiglu_block4(t + size_t(r) * 2 * I, kb, I, alpha, limit, v, b);
   const float sc = warp_quantize_block128(v, kb * kB, I, q + size_t(r) * I);
-  if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
+  if (lane == 0) s[act_scale_index_in(sg, KB, r, kb, e)] = sc;
 }
 
 }  // namespace

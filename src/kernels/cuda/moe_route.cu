@@ -33,11 +33,13 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
                  VBlock::this_block(), PdlSync{});
 }
 
-// The same front for a prompt chunk: block b takes `tile` tokens. Their MLP norms go to shared
-// memory (and out, quantized, as in moe_route_kernel), then each warp holds one expert's router
-// row in registers at a time and scores every token of the tile with it, so the router weights
-// are read once per tile instead of once per token; a warp per token does the top-k, and the last
-// block sorts. The same functions of the same values as moe_route_kernel: the same bits.
+// The same front for a prompt chunk: block b takes `tile` tokens. Their rows are copied to shared
+// memory together, each warp normalizes rows of its own (warp_rmsnorm_quantize_row: the sums
+// of the block-wide norm, without its barriers; out, quantized, as in moe_route_kernel), then
+// each warp holds one expert's router row in registers at a time and scores every token of the
+// tile with it, so the router weights are read once per tile instead of once per token; a warp
+// per token does the top-k, and the last block sorts. The same functions of the same values as
+// moe_route_kernel: the same bits.
 __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H,
                                                                         float eps, uint8_t* q, float* s, int ld,
                                                                         float* h_out, bf16* h_mxfp4,
@@ -52,14 +54,27 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
   float* lg = sm + size_t(tile) * Hp;
   pdl_wait();
   pdl_launch_dependents();
-  for (int i = 0; i < nt; ++i) {
-    const int t = t0 + i;
-    float v[kRowMax / kRouteThreads];
-    load_row<kRouteThreads>(x + size_t(t) * H, H, v);
-    rmsnorm_quantize_row<kRouteThreads>(v, gain, H, eps, rows + size_t(i) * Hp, q + size_t(t) * H, s, ld, t,
-                                        h_out ? h_out + size_t(t) * H : nullptr);
-    if (h_mxfp4) store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t) * mxfp4_act_cols(H));
+  if (H % 4 == 0) {  // 16-byte copies, all in flight at once
+    const int per_row = H / 4;
+    const float* src = x + size_t(t0) * H;
+    for (int i = threadIdx.x; i < nt * per_row; i += blockDim.x) {
+      const int r = i / per_row, c = i % per_row;
+      cp_async16(rows + size_t(r) * Hp + 4 * c, src + size_t(r) * H + 4 * c, true);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+  } else {
+    for (int i = threadIdx.x; i < nt * H; i += blockDim.x)
+      rows[size_t(i / H) * Hp + i % H] = x[size_t(t0) * H + i];
   }
+  __syncthreads();
+  for (int i = warp; i < nt; i += kRouteThreads / 32) {
+    const int t = t0 + i;
+    warp_rmsnorm_quantize_row<kRouteThreads>(rows + size_t(i) * Hp, gain, H, eps, q + size_t(t) * H, s, ld, t,
+                                             h_out ? h_out + size_t(t) * H : nullptr);
+    if (h_mxfp4) store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t) * mxfp4_act_cols(H), lane, 32);
+  }
+  __syncthreads();
   for (int e = warp; e < E; e += kRouteThreads / 32) {
     float4 wr[kRouterW4];
     load_router_row(router, e, E, H, wr);

@@ -76,10 +76,12 @@ __device__ inline float router_logit(const float4 (&wr)[kRouterW4], const float*
 
 // A normalized row (shared memory, H floats) as BF16 in the MXFP4 activation layout (out
 // [round128(H)]: positions 2i, 2i + 1 hold columns k, k + 4 of k = mxfp4_act_column(2i); zeros
-// past H), the values to_bf16_mxfp4_layout writes. Block-wide.
-__device__ inline void store_row_mxfp4_layout(const float* row, int H, bf16* out) {
+// past H), the values to_bf16_mxfp4_layout writes. Block-wide (or, with `first` the lane and
+// `step` 32, by one warp).
+__device__ inline void store_row_mxfp4_layout(const float* row, int H, bf16* out, int first = int(threadIdx.x),
+                                              int step = int(blockDim.x)) {
   const int pairs = mxfp4_act_cols(H) / 2;
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+  for (int i = first; i < pairs; i += step) {
     const int k = mxfp4_act_column(2 * i);
     reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(k < H ? row[k] : 0.0f, k + 4 < H ? row[k + 4] : 0.0f);
   }

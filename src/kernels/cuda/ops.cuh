@@ -42,6 +42,9 @@ void rmsnorm_to_f32(const float* x, const bf16* gain, float* y, int T, int H, fl
 void add_bias(float* y, const bf16* bias, int T, int N, cudaStream_t s);
 // x += y (n elements)
 void add_inplace(float* x, const float* y, size_t n, cudaStream_t s);
+// x [T][N] += y + bias (y [T][N]; bias [N] BF16 or null): the sums add_bias(y) then add_inplace(x, y)
+// make, in one pass, y left as it was.
+void add_bias_accumulate(float* x, const float* y, const bf16* bias, int T, int N, cudaStream_t s);
 // dst = bf16(src)
 void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t s);
 // Half-split YaRN rotation in place: x [T][heads][d]; inv_freq [d/2]; positions [T].

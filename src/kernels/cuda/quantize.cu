@@ -71,13 +71,40 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   if (sg.seg && r >= sg.seg[sg.experts]) return;
   const int src = in_rows ? in_rows[r] : r;
   float v[4];
+  const int c0 = kb * kB + lane * 4;
+  if (K % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    // One 16-byte load a lane (its 4 columns all exist or none do).
+    const float4 f = c0 < K && src >= 0 ? *reinterpret_cast<const float4*>(x + size_t(src) * K + c0)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = kb * kB + lane * 4 + i;
-    v[i] = (c < K && src >= 0) ? x[size_t(src) * K + c] : 0.0f;
+    for (int i = 0; i < 4; ++i) v[i] = (c0 + i < K && src >= 0) ? x[size_t(src) * K + c0 + i] : 0.0f;
   }
   const float sc = warp_quantize_block128(v, kb * kB, K, q + size_t(r) * K);
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
+}
+
+// A warp per (row, 128-column block), as quantize_act_kernel; each lane copies 4 codes.
+__global__ void gather_act_kernel(const uint8_t* q_in, const float* s_in, int ld_in, const int32_t* in_rows, int rows,
+                                  int K, uint8_t* q, float* s, ActSegments sg) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int warp = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  const int KB = (K + kB - 1) / kB;
+  if (warp >= rows * KB) return;
+  const int r = warp / KB, kb = warp % KB;
+  if (sg.seg && r >= sg.seg[sg.experts]) return;
+  const int src = in_rows[r], c = kb * kB + lane * 4;
+  uint8_t* dst = q + size_t(r) * K;
+  if (K % 4 == 0) {
+    if (c < K)
+      *reinterpret_cast<uint32_t*>(dst + c) = src >= 0 ? *reinterpret_cast<const uint32_t*>(q_in + size_t(src) * K + c) : 0u;
+  } else {
+    for (int i = 0; i < 4; ++i)
+      if (c + i < K) dst[c + i] = src >= 0 ? q_in[size_t(src) * K + c + i] : uint8_t(0);
+  }
+  if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = src >= 0 ? s_in[size_t(kb) * ld_in + src] : 1.0f;
 }
 
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_quant_kernel(const float* x, const bf16* gain, int H, float eps,
@@ -113,6 +140,18 @@ void rmsnorm_quantize(const float* x, const bf16* gain, int T, int H, float eps,
   if (T == 0) return;
   check_row(H, "rmsnorm_quantize");
   launch_pdl("norm", rmsnorm_quant_kernel, T, kRowThreads, H * sizeof(float), st, x, gain, H, eps, q, s, ld, h_out);
+}
+
+void gather_act_1x128(const uint8_t* q_in, const float* s_in, int ld_in, const int32_t* in_rows, int rows, int K,
+                      uint8_t* q, float* s, ActScales scales, cudaStream_t st) {
+  if (rows == 0) return;
+  if (!in_rows) fail_plain("gather_act_1x128: the rows to gather are required");
+  if (K % 4 == 0 && ((reinterpret_cast<uintptr_t>(q_in) | reinterpret_cast<uintptr_t>(q)) & 3))
+    fail_plain("gather_act_1x128: codes must be 4-byte aligned");
+  const ActSegments sg = act_segments(scales, rows);
+  const size_t warps = size_t(rows) * ((K + kB - 1) / kB);
+  launch_pdl("gather", gather_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, q_in, s_in, ld_in, in_rows,
+             rows, K, q, s, sg);
 }
 
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActScales scales,

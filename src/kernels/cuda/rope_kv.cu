@@ -22,9 +22,9 @@ __global__ void kv_write_kernel(KvLayerView L, const float* k, const float* v, c
 
 __global__ void qkv_rope_to_cache_kernel(KvLayerView L, const float* qkv, const int32_t* slots,
                                          const int32_t* positions, const float* inv_freq, float c, int heads,
-                                         float* q, bool release_early) {
+                                         float* q, bool release_early, const bf16* bias) {
   qkv_rope_to_cache_body(L, qkv, slots, positions, inv_freq, c, heads, q, release_early, VBlock::this_block(),
-                         PdlSync{});
+                         PdlSync{}, bias);
 }
 
 }  // namespace
@@ -37,10 +37,10 @@ void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_
 
 void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
                        const float* inv_freq, float concentration, int rows, int heads, float* q, cudaStream_t s,
-                       bool decode_rows) {
+                       bool decode_rows, const bf16* bias) {
   if (rows == 0) return;
   launch_pdl("rope", qkv_rope_to_cache_kernel, rows, 1024, 0, s, L, qkv, slot, pos, inv_freq, concentration, heads, q,
-             decode_rows);
+             decode_rows, bias);
 }
 
 }  // namespace osprey::cuda

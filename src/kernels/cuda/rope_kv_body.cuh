@@ -9,11 +9,13 @@ namespace osprey::cuda {
 
 // Token blk.x of a fused QKV output [T][(heads + 2 kv_heads) d]: q heads rotated into q,
 // k heads rotated and v copied into the cache as BF16 (the arithmetic of rope and kv_write). The
-// blk.ny blocks of a token share its pairs and values (blk.y-th slices of blockDim each).
+// blk.ny blocks of a token share its pairs and values (blk.y-th slices of blockDim each). bias
+// (optional, BF16 per column): added to each value as it is read, as add_bias would have.
 template <class Sync>
 __device__ inline void qkv_rope_to_cache_body(const KvLayerView& L, const float* qkv, const int32_t* slots,
                                               const int32_t* positions, const float* inv_freq, float c, int heads,
-                                              float* q, bool release_early, VBlock blk, const Sync& sync) {
+                                              float* q, bool release_early, VBlock blk, const Sync& sync,
+                                              const bf16* bias = nullptr) {
   // release_early (decode): the attention after this kernel reads nothing of the kernels before
   // it until its own wait, which covers this kernel and so them; so it may start at once.
   if (release_early) sync.release();
@@ -24,20 +26,22 @@ __device__ inline void qkv_rope_to_cache_body(const KvLayerView& L, const float*
   const int pos = positions[t];
   const size_t row = kv_row(L, slots[t], pos) * size_t(kvh) * d;
   const int j0 = blk.y * int(blockDim.x) + int(threadIdx.x), step = int(blockDim.x) * blk.ny;
+  auto value = [&](int col) { return bias ? src[col] + __bfloat162float(bias[col]) : src[col]; };
   for (int j = j0; j < (heads + kvh) * half; j += step) {
-    const int hh = j / half, i = j % half;
+    const int hh = j / half, i = j % half, col = hh * d + i;
+    float o1, o2;
+    rotate_values(value(col), value(col + half), pos, inv_freq[i], c, o1, o2);
     if (hh < heads) {
-      rotate_pair(src + size_t(hh) * d, q + (size_t(t) * heads + hh) * d, i, half, pos, inv_freq, c);
+      float* qd = q + (size_t(t) * heads + hh) * d;
+      qd[i] = o1;
+      qd[i + half] = o2;
     } else {
-      const float* in = src + size_t(hh) * d;
-      float o1, o2;
-      rotate_values(in[i], in[i + half], pos, inv_freq[i], c, o1, o2);
       bf16* kd = L.k + row + size_t(hh - heads) * d;
       kd[i] = __float2bfloat16(o1);
       kd[i + half] = __float2bfloat16(o2);
     }
   }
-  for (int j = j0; j < kvh * d; j += step) L.v[row + j] = __float2bfloat16(src[(heads + kvh) * d + j]);
+  for (int j = j0; j < kvh * d; j += step) L.v[row + j] = __float2bfloat16(value((heads + kvh) * d + j));
 }
 
 }  // namespace osprey::cuda
