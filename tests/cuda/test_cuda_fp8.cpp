@@ -716,7 +716,7 @@ TEST(CudaFp8, MoeRouteTiledRowsEqualPerTokenRows) {
 
 // The experts' input rows gathered from the route kernel's quantized rows equal the quantization of
 // the gathered fp32 rows bit for bit, padding rows (zeros, scale 1) included; K 2880 (22.5 blocks,
-// 4 codes a lane) and 150 (one code at a time).
+// 16-byte pieces) and 150 (one code at a time).
 TEST_P(Fp8Tokens, GatherActEqualsQuantizeOfGatheredRows) {
   const int T = GetParam(), E = 8, k = 4;
   for (int K : {2880, 150}) {

@@ -79,7 +79,18 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
     float4 wr[kRouterW4];
     load_router_row(router, e, E, H, wr);
     const float bias = __bfloat162float(router_bias[e]);
-    for (int i = 0; i < nt; ++i) {
+    // Two tokens at a time (independent sums in flight), each summed as router_logit sums.
+    int i = 0;
+    for (; i + 1 < nt; i += 2) {
+      float l0, l1;
+      router_logit2(wr, router, e, rows + size_t(i) * Hp, rows + size_t(i + 1) * Hp, H, l0, l1);
+      l0 += bias, l1 += bias;
+      if (lane == 0) {
+        lg[i * E + e] = l0, logits[size_t(t0 + i) * E + e] = l0;
+        lg[(i + 1) * E + e] = l1, logits[size_t(t0 + i + 1) * E + e] = l1;
+      }
+    }
+    for (; i < nt; ++i) {
       const float l = router_logit(wr, router, e, rows + size_t(i) * Hp, H) + bias;
       if (lane == 0) lg[i * E + e] = l, logits[size_t(t0 + i) * E + e] = l;
     }

@@ -19,7 +19,19 @@ __device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, i
   int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
   __syncthreads();
-  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[__ldcg(idx + p)], 1);
+  // Eight choices a thread loaded at once before their atomics (one L2 round trip per eight).
+  constexpr int kBatch = 8;
+  for (int p0 = 0; p0 < P; p0 += kBatch * int(blockDim.x)) {
+    int e[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int p = p0 + b * int(blockDim.x) + int(threadIdx.x);
+      e[b] = p < P ? __ldcg(idx + p) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (e[b] >= 0) atomicAdd(&cnt[e[b]], 1);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     base[0] = 0;
@@ -32,10 +44,20 @@ __device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, i
   }
   __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
-  for (int p = threadIdx.x; p < P; p += blockDim.x) {
-    const int e = __ldcg(idx + p), r = base[e] + atomicAdd(&cursor[e], 1);
-    row_token[r] = p / k;
-    pair_row[p] = r;
+  for (int p0 = 0; p0 < P; p0 += kBatch * int(blockDim.x)) {
+    int e[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int p = p0 + b * int(blockDim.x) + int(threadIdx.x);
+      e[b] = p < P ? __ldcg(idx + p) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (e[b] < 0) continue;
+      const int p = p0 + b * int(blockDim.x) + int(threadIdx.x), r = base[e[b]] + atomicAdd(&cursor[e[b]], 1);
+      row_token[r] = p / k;
+      pair_row[p] = r;
+    }
   }
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
@@ -72,6 +94,30 @@ __device__ inline float router_logit(const float4 (&wr)[kRouterW4], const float*
     }
   }
   return warp_sum(acc);
+}
+
+// router_logit of two rows at once (two independent sums; each the same products and order).
+__device__ inline void router_logit2(const float4 (&wr)[kRouterW4], const float* router, int e, const float* row0,
+                                     const float* row1, int H, float& l0, float& l1) {
+  if (!router_rows_in_regs(H)) {
+    l0 = warp_dot_f32(router + size_t(e) * H, row0, H);
+    l1 = warp_dot_f32(router + size_t(e) * H, row1, H);
+    return;
+  }
+  const int lane = threadIdx.x & 31;
+  const float4* x0 = reinterpret_cast<const float4*>(row0);
+  const float4* x1 = reinterpret_cast<const float4*>(row1);
+  float acc0 = 0, acc1 = 0;
+#pragma unroll
+  for (int j = 0; j < kRouterW4; ++j) {
+    const int i = lane + 32 * j;
+    if (i < H / 4) {
+      const float4 a = wr[j], b = x0[i], c = x1[i];
+      acc0 += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+      acc1 += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
+    }
+  }
+  l0 = warp_sum(acc0), l1 = warp_sum(acc1);
 }
 
 // A normalized row (shared memory, H floats) as BF16 in the MXFP4 activation layout (out

@@ -85,26 +85,31 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
   if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = sc;
 }
 
-// A warp per (row, 128-column block), as quantize_act_kernel; each lane copies 4 codes.
+// A warp per row: its segment found once, the codes copied in 16-byte pieces (K % 16 == 0; else
+// byte by byte), a scale per 128-column block.
 __global__ void gather_act_kernel(const uint8_t* q_in, const float* s_in, int ld_in, const int32_t* in_rows, int rows,
                                   int K, uint8_t* q, float* s, ActSegments sg) {
   pdl_wait();
   pdl_launch_dependents();
-  const int warp = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-  const int KB = (K + kB - 1) / kB;
-  if (warp >= rows * KB) return;
-  const int r = warp / KB, kb = warp % KB;
+  const int r = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (r >= rows) return;
   if (sg.seg && r >= sg.seg[sg.experts]) return;
-  const int src = in_rows[r], c = kb * kB + lane * 4;
+  const int KB = (K + kB - 1) / kB, src = in_rows[r];
   uint8_t* dst = q + size_t(r) * K;
-  if (K % 4 == 0) {
-    if (c < K)
-      *reinterpret_cast<uint32_t*>(dst + c) = src >= 0 ? *reinterpret_cast<const uint32_t*>(q_in + size_t(src) * K + c) : 0u;
+  if (K % 16 == 0) {
+    const uint4* from = reinterpret_cast<const uint4*>(q_in + size_t(src >= 0 ? src : 0) * K);
+    for (int c = lane; c < K / 16; c += 32)
+      reinterpret_cast<uint4*>(dst)[c] = src >= 0 ? from[c] : make_uint4(0u, 0u, 0u, 0u);
   } else {
-    for (int i = 0; i < 4; ++i)
-      if (c + i < K) dst[c + i] = src >= 0 ? q_in[size_t(src) * K + c + i] : uint8_t(0);
+    for (int c = lane; c < K; c += 32) dst[c] = src >= 0 ? q_in[size_t(src) * K + c] : uint8_t(0);
   }
-  if (lane == 0) s[act_scale_index(sg, KB, r, kb)] = src >= 0 ? s_in[size_t(kb) * ld_in + src] : 1.0f;
+  if (!sg.seg) {
+    for (int kb = lane; kb < KB; kb += 32) s[size_t(kb) * sg.ld + r] = src >= 0 ? s_in[size_t(kb) * ld_in + src] : 1.0f;
+    return;
+  }
+  const int e = segment_of(sg, r);
+  for (int kb = lane; kb < KB; kb += 32)
+    s[act_scale_index_in(sg, KB, r, kb, e)] = src >= 0 ? s_in[size_t(kb) * ld_in + src] : 1.0f;
 }
 
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_quant_kernel(const float* x, const bf16* gain, int H, float eps,
@@ -146,10 +151,10 @@ void gather_act_1x128(const uint8_t* q_in, const float* s_in, int ld_in, const i
                       uint8_t* q, float* s, ActScales scales, cudaStream_t st) {
   if (rows == 0) return;
   if (!in_rows) fail_plain("gather_act_1x128: the rows to gather are required");
-  if (K % 4 == 0 && ((reinterpret_cast<uintptr_t>(q_in) | reinterpret_cast<uintptr_t>(q)) & 3))
-    fail_plain("gather_act_1x128: codes must be 4-byte aligned");
+  if (K % 16 == 0 && ((reinterpret_cast<uintptr_t>(q_in) | reinterpret_cast<uintptr_t>(q)) & 15))
+    fail_plain("gather_act_1x128: codes must be 16-byte aligned");
   const ActSegments sg = act_segments(scales, rows);
-  const size_t warps = size_t(rows) * ((K + kB - 1) / kB);
+  const size_t warps = size_t(rows);
   launch_pdl("gather", gather_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, q_in, s_in, ld_in, in_rows,
              rows, K, q, s, sg);
 }
