@@ -819,8 +819,8 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   }
 }
 
-TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) {
-  const int T = GetParam(), E = 8, k = 4, H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
+void MoeCombineCase(int T) {
+  const int E = 8, k = 4, H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
   const std::vector<int32_t> idx = modular_choices(T, k, E, 2, 1);
   const int P = cuda::moe_rows_max(T, k, E);
   DevSortedPairs sorted(idx, T, k, E);
@@ -848,7 +848,15 @@ TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) {
   EXPECT_EQ(q1.get(), q2.get());
   auto a = s1.get(), b = s2.get();
   for (int kb = 0; kb < KB; ++kb)
-    for (int t = 0; t < T; ++t) ASSERT_EQ(a[size_t(kb) * ld + t], b[size_t(kb) * ld + t]);
+    for (int t = 0; t < T; ++t) ASSERT_EQ(a[size_t(kb) * ld + t], b[size_t(kb) * ld + t]) << "T " << T;
+}
+
+TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) { MoeCombineCase(GetParam()); }
+
+// Prompt chunks (more than 256 tokens) take the warp-per-token kernel: the same checks, its norm
+// bit for bit the 1024-thread block's.
+TEST(CudaFp8, MoeCombineNormRowsMatchesCombineThenNorm) {
+  for (int T : {257, 1000}) MoeCombineCase(T);
 }
 
 }  // namespace
