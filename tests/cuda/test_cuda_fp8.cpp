@@ -736,8 +736,8 @@ TEST_P(Fp8Tokens, GatherActEqualsQuantizeOfGatheredRows) {
   }
 }
 
-TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
-  const int T = GetParam(), E = 8, k = 4, I = 2880;
+void MoeSwigluCase(int T) {
+  const int E = 8, k = 4, I = 2880;
   std::mt19937 rng(120);
   const std::vector<int32_t> idx = modular_choices(T, k, E, 1, 3);
   const int P = cuda::moe_rows_max(T, k, E);
@@ -763,6 +763,13 @@ TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) {
   ASSERT_TRUE(std::equal(c1.begin(), c1.begin() + size_t(rows) * I, c2.begin()));
   auto a1 = s1.get(), a2 = s2.get();
   ASSERT_TRUE(std::equal(a1.begin(), a1.begin() + size_t(rows) * fp8::blocks(I), a2.begin()));
+}
+
+TEST_P(Fp8Tokens, MoeSwigluQuantizeEqualsSwigluThenQuantize) { MoeSwigluCase(GetParam()); }
+
+// Prompt chunks (more than 2048 sorted rows) take the warp-per-row kernel: the same checks.
+TEST(CudaFp8, MoeSwigluQuantizeRowsEqualsSwigluThenQuantize) {
+  for (int T : {600, 1500}) MoeSwigluCase(T);
 }
 
 // The experts' second GEMM with its weight ring filled before its PDL wait (routed_early: the
@@ -819,8 +826,8 @@ TEST_P(Fp8Tokens, GroupedSkinnyGemmRoutedEarlyIsIdentical) {
   }
 }
 
-void MoeCombineCase(int T) {
-  const int E = 8, k = 4, H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
+void MoeCombineCase(int T, int k = 4) {
+  const int E = 8, H = 2880, ld = fp8::round4(T), KB = fp8::blocks(H);
   const std::vector<int32_t> idx = modular_choices(T, k, E, 2, 1);
   const int P = cuda::moe_rows_max(T, k, E);
   DevSortedPairs sorted(idx, T, k, E);
@@ -854,9 +861,10 @@ void MoeCombineCase(int T) {
 TEST_P(Fp8Tokens, MoeCombineNormMatchesCombineThenNorm) { MoeCombineCase(GetParam()); }
 
 // Prompt chunks (more than 256 tokens) take the warp-per-token kernel: the same checks, its norm
-// bit for bit the 1024-thread block's.
+// bit for bit the 1024-thread block's; 4 choices a token (compiled in) and 3 (from the argument).
 TEST(CudaFp8, MoeCombineNormRowsMatchesCombineThenNorm) {
   for (int T : {257, 1000}) MoeCombineCase(T);
+  MoeCombineCase(300, 3);
 }
 
 }  // namespace
