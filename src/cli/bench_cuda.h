@@ -11,6 +11,9 @@ struct BenchCudaArgs {
   std::string model, json;
   std::string prefill_lens = "1024,8192,32768", batches = "1,8,32,64,128", contexts = "8192,32768";
   int steps = 32, prefill_reps = 2, prefill_chunk = 8192;  // the model's default max_rows
+  // KV blocks of the pool (0: what the GPU's memory leaves, the default). A small pool keeps a
+  // profiler's kernel replays cheap: ncu saves and restores device memory on every pass.
+  int64_t kv_blocks = 0;
   uint64_t seed = 1;
   WeightsArg weights;
   bool graphs = true;

@@ -75,6 +75,10 @@ void add_bench(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--steps", cu->steps, "cuda: timed decode steps per point")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", cu->prefill_chunk, "cuda: tokens per prefill step")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-blocks", cu->kv_blocks,
+                  "cuda: KV blocks of 64 positions in the pool (default: what the GPU's memory leaves); a small pool "
+                  "keeps profiler replays cheap")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--usd-per-gpu-hour", cu->usd_per_gpu_hour, "cuda: price for the cost columns");
   cmd->add_flag("!--no-graphs", cu->graphs, "cuda: launch decode steps kernel by kernel (to measure what graphs save)");
   cmd->add_option("--temperature", cu->temperature, "cuda: decode steps sample on the GPU at this temperature (0: argmax)")
@@ -102,6 +106,12 @@ void add_bench(CLI::App& app) {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;
     cu->weights.check(args->backend, "");
     if (args->model.empty()) fail("bench: --model is required (or use `bench serve` or `bench grammar`)");
+    if (args->backend != "cuda")
+      for (const char* name : {"--prefill-lens", "--batches", "--contexts", "--prefill-reps", "--steps",
+                               "--prefill-chunk", "--kv-blocks", "--usd-per-gpu-hour", "--no-graphs", "--temperature",
+                               "--top-p", "--top-k", "--json", "--verify-k", "--verify-batches", "--attention-lens",
+                               "--decode-kernel", "--persistent-blocks", "--timeline"})
+        if (cmd->count(name) > 0) fail("bench: {} applies to --backend cuda", name);
     if (args->backend == "cuda") {
       cu->model = args->model;
       cu->seed = args->seed;

@@ -6,7 +6,8 @@
 # last. BENCH_ARGS overrides the bench's shape. With NCU=W (a --weights value), ncu kernel times of
 # one 8k prefill with this build, summed by kernel (ncu_prefill_summary.py); with DETAIL (a kernel
 # name regex), ncu's speed-of-light, occupancy and warp-state sections of the first 12 launches
-# of those kernels in that prefill. Logs to $OUT.
+# of those kernels in that prefill. Both with a pool of 2,048 KV blocks: ncu's replays save and
+# restore device memory, and with the default pool (108 GB) one pass took minutes. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -29,7 +30,8 @@ if [ -n "${BASE_BIN:-}" ] && [ -n "${BASE_LAST:-}" ]; then
 fi
 if [ -n "${NCU:-}" ]; then
   ncu --clock-control none --metrics gpu__time_duration.sum --csv $B bench --backend cuda --model $M/20b --weights $NCU \
-    --prefill-lens 8192 --prefill-reps 1 --prefill-chunk 8192 --batches 1 --contexts 64 --steps 1 2>/dev/null > /tmp/ncu_prefill.csv
+    --prefill-lens 8192 --prefill-reps 1 --prefill-chunk 8192 --batches 1 --contexts 64 --steps 1 --kv-blocks 2048 \
+    2>/dev/null > /tmp/ncu_prefill.csv
   echo "-- ncu prefill 8k, $NCU experts"
   python3 "$(dirname "$0")/ncu_prefill_summary.py" /tmp/ncu_prefill.csv | tee $OUT/ncu_prefill_$NCU.txt
 fi
@@ -37,6 +39,6 @@ if [ -n "${DETAIL:-}" ]; then
   ncu --clock-control none --kernel-name "regex:$DETAIL" --launch-count 12 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis $B bench --backend cuda \
     --model $M/20b --weights ${NCU:-fp8} --prefill-lens 8192 --prefill-reps 1 --prefill-chunk 8192 --batches 1 \
-    --contexts 64 --steps 1 > $OUT/ncu_detail.txt 2>&1
+    --contexts 64 --steps 1 --kv-blocks 2048 > $OUT/ncu_detail.txt 2>&1
   grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Block Size|Grid Size|Stall|Warp Cycles Per Issued" $OUT/ncu_detail.txt | head -150
 fi

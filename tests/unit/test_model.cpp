@@ -427,6 +427,16 @@ TEST(WeightsCli, RefusedWhereItCannotApply) {
   EXPECT_NE(bf16.err.find("--weights bf16 is not built"), std::string::npos) << bf16.err;
 }
 
+// bench's GPU options are refused with the CPU backend (not silently dropped), before any load.
+TEST(BenchCli, GpuOptionsRefusedOnTheCpu) {
+  for (const std::string opt : {"--kv-blocks 16", "--steps 4", "--prefill-lens 64", "--no-graphs", "--json /tmp/x.json"}) {
+    auto r = test::run_cli("bench --backend cpu --model /nonexistent/dir " + opt);
+    EXPECT_EQ(r.exit_code, 1) << opt;
+    const std::string name = opt.substr(0, opt.find(' '));
+    EXPECT_NE(r.err.find("bench: " + name + " applies to --backend cuda"), std::string::npos) << r.err;
+  }
+}
+
 // `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.
 TEST(GenerateCli, PromptsFileEqualsOneRunPerPrompt) {
   test::TempDir d;
