@@ -13,20 +13,17 @@ constexpr int kB = 128;
 inline void check_launch() { OSPREY_CUDA_CHECK(cudaGetLastError()); }
 __host__ __device__ inline int round4(int n) { return (n + 3) / 4 * 4; }
 
-// The row layout the FP8 row kernels and the skinny GEMM read: the grouped GEMM's rows
-// (Fp8ExpertRows: segments by expert, their scales by expert), or with seg null one dense matrix
-// of `rows` rows whose scales are [KB][ld].
+// The row layout the skinny GEMM reads: the grouped GEMM's rows (Fp8ExpertRows: segments by
+// expert, their scales by expert), or with seg null one dense matrix of `rows` rows whose scales
+// are [KB][ld]. The row kernels (quantize, SwiGLU, gather) take only the scales' layout
+// (ActScales); the index helpers below read the fields both have (seg, experts, ld).
 struct ActSegments : Fp8ExpertRows {
   int ld = 0;
 };
-inline ActSegments act_segments(const ActScales& s, int rows) {
-  ActSegments a;
-  a.seg = s.seg, a.experts = s.experts, a.rows = rows, a.ld = s.ld;
-  return a;
-}
 
 // The segment e with seg[e] <= r < seg[e + 1].
-__device__ inline int segment_of(const ActSegments& sg, int r) {
+template <class Layout>
+__device__ inline int segment_of(const Layout& sg, int r) {
   int lo = 0, hi = sg.experts;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
@@ -78,11 +75,13 @@ __device__ inline void swiglu_block4(const float* t, int kb, int I, float alpha,
 
 // Scale offset of (row r, block kb) in a segment layout.
 // (seg: row r lies in segment lo.)
-__device__ inline size_t act_scale_index_in(const ActSegments& sg, int KB, int r, int kb, int lo) {
+template <class Layout>
+__device__ inline size_t act_scale_index_in(const Layout& sg, int KB, int r, int kb, int lo) {
   const int s0 = sg.seg[lo], len = sg.seg[lo + 1] - s0;
   return size_t(KB) * s0 + size_t(kb) * len + (r - s0);
 }
-__device__ inline size_t act_scale_index(const ActSegments& sg, int KB, int r, int kb) {
+template <class Layout>
+__device__ inline size_t act_scale_index(const Layout& sg, int KB, int r, int kb) {
   if (!sg.seg) return size_t(kb) * sg.ld + r;
   return act_scale_index_in(sg, KB, r, kb, segment_of(sg, r));
 }

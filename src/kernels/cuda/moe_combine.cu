@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(32 * kCombineRowWarps) moe_combine_norm_rows_k
 
 // A warp per (row, 128-column block of I): clamped SwiGLU of the row's interleaved (gate, up)
 // pairs (+ b1 of the row's expert when given) and the 1x128 quantization of the result.
-__global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegments sg, int rows, int I, float alpha,
+__global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActScales sg, int rows, int I, float alpha,
                                         float limit, uint8_t* q, float* s) {
   pdl_wait();
   pdl_launch_dependents();
@@ -133,7 +133,7 @@ __global__ void moe_swiglu_quant_kernel(const float* t, const bf16* b1, ActSegme
 // The same for many rows (prompt chunks): a warp per row, its segment found once, and the row's
 // 128-column blocks in groups of kSwigluGroup whose loads are all issued before any is used.
 constexpr int kSwigluGroup = 4;
-__global__ void moe_swiglu_quant_rows_kernel(const float* __restrict__ t, const bf16* __restrict__ b1, ActSegments sg,
+__global__ void moe_swiglu_quant_rows_kernel(const float* __restrict__ t, const bf16* __restrict__ b1, ActScales sg,
                                              int rows, int I, float alpha, float limit, uint8_t* __restrict__ q,
                                              float* __restrict__ s) {
   pdl_wait();
@@ -194,7 +194,7 @@ void moe_swiglu_quantize(const float* t, const bf16* b1, ActScales by_expert, in
                          uint8_t* q, float* s, cudaStream_t st) {
   if (rows == 0) return;
   if (!by_expert.seg) fail_plain("moe_swiglu_quantize: the scales are laid out by expert");
-  const ActSegments sg = act_segments(by_expert, rows);
+  const ActScales& sg = by_expert;
   if (rows > kSwigluRowsAbove) {
     launch_pdl("swiglu", moe_swiglu_quant_rows_kernel, unsigned((size_t(rows) * 32 + 255) / 256), 256, 0, st, t, b1, sg,
                rows, I, alpha, limit, q, s);

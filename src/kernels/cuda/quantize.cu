@@ -61,7 +61,7 @@ __global__ void quantize_block128_kernel(Src src, int rows, int cols, uint8_t* q
 
 // A warp per (row, 128-column block); each lane 4 columns.
 __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s,
-                                    ActSegments sg) {
+                                    ActScales sg) {
   pdl_wait();
   pdl_launch_dependents();
   const int warp = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
@@ -88,7 +88,7 @@ __global__ void quantize_act_kernel(const float* x, const int32_t* in_rows, int 
 // A warp per row: its segment found once, the codes copied in 16-byte pieces (K % 16 == 0; else
 // byte by byte), a scale per 128-column block.
 __global__ void gather_act_kernel(const uint8_t* q_in, const float* s_in, int ld_in, const int32_t* in_rows, int rows,
-                                  int K, uint8_t* q, float* s, ActSegments sg) {
+                                  int K, uint8_t* q, float* s, ActScales sg) {
   pdl_wait();
   pdl_launch_dependents();
   const int r = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
@@ -153,7 +153,7 @@ void gather_act_1x128(const uint8_t* q_in, const float* s_in, int ld_in, const i
   if (!in_rows) fail_plain("gather_act_1x128: the rows to gather are required");
   if (K % 16 == 0 && ((reinterpret_cast<uintptr_t>(q_in) | reinterpret_cast<uintptr_t>(q)) & 15))
     fail_plain("gather_act_1x128: codes must be 16-byte aligned");
-  const ActSegments sg = act_segments(scales, rows);
+  const ActScales& sg = scales;
   const size_t warps = size_t(rows);
   launch_pdl("gather", gather_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, q_in, s_in, ld_in, in_rows,
              rows, K, q, s, sg);
@@ -162,7 +162,7 @@ void gather_act_1x128(const uint8_t* q_in, const float* s_in, int ld_in, const i
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActScales scales,
                         cudaStream_t st) {
   if (rows == 0) return;
-  const ActSegments sg = act_segments(scales, rows);
+  const ActScales& sg = scales;
   const size_t warps = size_t(rows) * ((K + kB - 1) / kB);
   launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s, sg);
 }
