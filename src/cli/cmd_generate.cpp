@@ -13,6 +13,7 @@
 #include "engine/generate.h"
 #include "model/gpt_oss_cuda.h"
 #include "model/gpt_oss_cuda_fp8.h"
+#include "parallel/sharded_group.h"
 
 namespace osprey::cli {
 
@@ -25,6 +26,7 @@ int64_t one_sequence_blocks(int ctx) {
 struct Args {
   std::string model, tokens, prompts, backend = "cpu", precision;
   int max_tokens = 16;
+  int tp = 1, ep = 1;  // the CPU's sharded layout (ranks as threads); 1, 1: the ordinary model
   bool greedy = false, ignore_eos = false;
   SamplingParams sampling;
   SpeculativeArg spec;
@@ -104,10 +106,25 @@ void add_generate(CLI::App& app) {
                   "mxfp4, fp8 of --weights fp8); cuda: fp8 (default: the engine's path, experts as --weights says), "
                   "bf16 or fp32")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16", "mxfp4"}));
+  cmd->add_option("--tp", args->tp,
+                  "cpu: tensor-parallel ranks (heads, dense layers, the experts' intermediate), run as threads "
+                  "of this process with fp32 weights")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ep", args->ep, "cpu: expert-parallel ranks (they must divide the tp ranks)")
+      ->check(CLI::PositiveNumber);
   args->spec.add(cmd);
   args->weights.add(cmd);
   cmd->callback([args] {
     args->weights.check(args->backend, args->precision);
+    const bool sharded = args->tp != 1 || args->ep != 1;
+    if (sharded) {
+      if (args->backend != "cpu")
+        fail("--tp/--ep: the GPU layouts (NCCL, one process per GPU) are not built yet; --backend cpu runs them as "
+             "threads of one process");
+      if (!args->precision.empty() && args->precision != "fp32")
+        fail("--tp/--ep: the sharded CPU forward is fp32; --precision {} has no sharded path", args->precision);
+      if (args->spec.on()) fail("--tp/--ep: --speculative runs on the serving engine, which is not sharded");
+    }
     if (args->tokens.empty() == args->prompts.empty()) fail("generate: give --tokens IDS or --prompts FILE");
     std::vector<std::vector<int32_t>> prompts;
     if (!args->tokens.empty()) {
@@ -134,6 +151,7 @@ void add_generate(CLI::App& app) {
     std::unique_ptr<GptOssCudaFp8> fp8_model;
     std::unique_ptr<GptOssCudaModel> ref_model;
     std::unique_ptr<GptOssCpuModel> cpu_model;
+    std::unique_ptr<ShardedCpuGroup> sharded_model;
     std::function<std::vector<int32_t>(const std::vector<int32_t>&, GenerateStats*)> run;
     if (args->backend == "cuda") {
       if (args->precision.empty() || args->precision == "fp8") {
@@ -148,6 +166,15 @@ void add_generate(CLI::App& app) {
             w, ctx, args->precision == "fp32" ? GptOssCudaModel::Precision::FP32 : GptOssCudaModel::Precision::BF16);
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_greedy_cuda(*ref_model, p, opt, st); };
       }
+    } else if (sharded) {
+      sharded_model = std::make_unique<ShardedCpuGroup>(w, ParallelLayout{.tp = args->tp, .dp = 1, .ep = args->ep});
+      log_info("sharded: {} ({} ranks as threads)", sharded_model->layout().name(), sharded_model->layout().world());
+      run = [&](const std::vector<int32_t>& p, GenerateStats* st) {
+        sharded_model->reset();
+        return generate_loop(
+            w.config, p, opt,
+            [&](std::span<const int32_t> t) { return sharded_model->forward(t, /*all_logits=*/false); }, st);
+      };
     } else {
       cpu_model = std::make_unique<GptOssCpuModel>(w, cpu_precision(args->precision));
       run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate(*cpu_model, p, opt, st); };

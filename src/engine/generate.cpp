@@ -22,25 +22,23 @@ void fill_stats(GenerateStats* stats, size_t prompt, size_t generated, TimePoint
 }
 }  // namespace
 
-std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
-                              const GenerateOptions& opt, GenerateStats* stats,
-                              const std::function<bool(int32_t)>& on_token) {
+std::vector<int32_t> generate_loop(const GptOssConfig& cfg, const std::vector<int32_t>& prompt,
+                                   const GenerateOptions& opt, const ForwardFn& forward, GenerateStats* stats,
+                                   const std::function<bool(int32_t)>& on_token) {
   if (prompt.empty()) fail("generate: the prompt is empty");
   if (opt.max_tokens < 0) fail("max_tokens must be >= 0");
   if (opt.prefill_chunk <= 0) fail("prefill chunk must be positive");
-  const auto& cfg = model.config();
   if (int(prompt.size()) + opt.max_tokens > cfg.max_position_embeddings)
     fail("prompt ({} tokens) plus max_tokens ({}) exceeds the model's context of {}", prompt.size(), opt.max_tokens,
          cfg.max_position_embeddings);
   using clock = std::chrono::steady_clock;
   Sampler sampler(opt.sampling);
-  KvCache cache = model.new_cache();
   std::vector<int32_t> out;
   auto t0 = clock::now();
   std::vector<float> logits;
   for (size_t i = 0; i < prompt.size(); i += opt.prefill_chunk) {
     size_t n = std::min(prompt.size() - i, size_t(opt.prefill_chunk));
-    logits = model.forward(std::span(prompt).subspan(i, n), cache, /*all_logits=*/false);
+    logits = forward(std::span(prompt).subspan(i, n));
   }
   auto t1 = clock::now();
   for (int step = 0; step < opt.max_tokens; ++step) {
@@ -50,10 +48,20 @@ std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int
     const auto& stops = opt.stop_tokens.empty() ? cfg.eos_token_ids : opt.stop_tokens;
     if (opt.stop_at_eos && std::count(stops.begin(), stops.end(), tok)) break;
     if (step + 1 == opt.max_tokens) break;
-    logits = model.forward(std::span(&out.back(), 1), cache, /*all_logits=*/false);
+    logits = forward(std::span(&out.back(), 1));
   }
   fill_stats(stats, prompt.size(), out.size(), t0, t1, clock::now());
   return out;
+}
+
+std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& opt, GenerateStats* stats,
+                              const std::function<bool(int32_t)>& on_token) {
+  KvCache cache = model.new_cache();
+  return generate_loop(
+      model.config(), prompt, opt,
+      [&](std::span<const int32_t> tokens) { return model.forward(tokens, cache, /*all_logits=*/false); }, stats,
+      on_token);
 }
 
 namespace {

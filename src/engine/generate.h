@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -32,7 +33,16 @@ std::vector<int32_t> generate_cuda(GptOssCudaFp8& model, const std::vector<int32
 std::vector<int32_t> generate_greedy_cuda(GptOssCudaModel& model, const std::vector<int32_t>& prompt,
                                           const GenerateOptions& opt, GenerateStats* stats = nullptr);
 
-// on_token (optional) sees each new token as it is chosen; returning false stops generation.
+// The host token loop over any forward of one sequence: forward(tokens) appends them and returns
+// the last one's logits [vocab]; the prompt in opt.prefill_chunk pieces, then one token a step,
+// chosen by a Sampler of opt.sampling. on_token (optional) sees each new token as it is chosen;
+// returning false stops generation.
+using ForwardFn = std::function<std::vector<float>(std::span<const int32_t>)>;
+std::vector<int32_t> generate_loop(const GptOssConfig& cfg, const std::vector<int32_t>& prompt,
+                                   const GenerateOptions& opt, const ForwardFn& forward, GenerateStats* stats = nullptr,
+                                   const std::function<bool(int32_t)>& on_token = {});
+
+// generate_loop over the CPU model, from an empty cache.
 std::vector<int32_t> generate(const GptOssCpuModel& model, const std::vector<int32_t>& prompt,
                               const GenerateOptions& opt, GenerateStats* stats = nullptr,
                               const std::function<bool(int32_t)>& on_token = {});

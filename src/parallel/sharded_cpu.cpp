@@ -34,6 +34,10 @@ ShardedCpuRank::ShardedCpuRank(const GptOssWeights& w, const ParallelLayout& L, 
   for (const GptOssLayerWeights& l : w.layers) layers_.push_back(shard_layer(l, c, shard_));
 }
 
+void ShardedCpuRank::reset() {
+  cache_ = KvCache(gpt_oss_kv_windows(w_.config), shard_.kv_heads.size(), w_.config.head_dim);
+}
+
 void ShardedCpuRank::attention(int l, float* x, const int32_t* pos, int T) {
   const GptOssConfig& c = w_.config;
   const GptOssLayerWeights& L = w_.layers[size_t(l)];

@@ -37,6 +37,7 @@ class ShardedCpuRank {
   // The next tokens of the sequence: logits [vocab] of the last one, or [T][vocab] of every one.
   std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits);
   int length() const { return cache_.length(); }
+  void reset();  // an empty sequence again (this rank's KV cache)
   const RankShard& shard() const { return shard_; }
 
  private:

@@ -2,7 +2,8 @@
 // (ranks as threads over LocalGroup) runs a prompt and greedy decode steps, and every rank's logits
 // equal the unsharded CPU forward's up to the order of the all-reduced sums, with the same greedy
 // tokens. That covers KV heads split and replicated (tp 4 over 2 KV heads), experts split and their
-// intermediate range split (moe_tp), and an intermediate of 5 blocks that splits unevenly.
+// intermediate range split (moe_tp), and an intermediate of 5 blocks that splits unevenly; and the
+// ranks run together as one model (ShardedCpuGroup) behind `generate --tp N --ep M`.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include "model/gpt_oss_weights.h"
 #include "parallel/communicator.h"
 #include "parallel/sharded_cpu.h"
+#include "parallel/sharded_group.h"
+#include "engine/generate.h"
 #include "synth/synth.h"
 #include "test_util.h"
 
@@ -139,6 +142,74 @@ TEST(ShardedCpu, RefusesWhatItCannotRun) {
   LocalGroup two(2), one(1);
   EXPECT_THROW(ShardedCpuRank(w, {1, 2, 1}, two.rank(0)), Error);  // dp 2
   EXPECT_THROW(ShardedCpuRank(w, {2, 1, 1}, one.rank(0)), Error);  // a world of 2 on one rank
+}
+
+// The ranks run together by ShardedCpuGroup, through the host token loop (what `generate --tp N
+// --ep M` runs): greedy and seeded sampled tokens equal the unsharded model's, over two prompts on
+// one group (reset between them).
+TEST(ShardedCpuGroup, GenerateEqualsTheUnshardedModel) {
+  for (auto [preset, layouts] : {std::pair<std::string, std::vector<ParallelLayout>>{"tiny", {{2, 1, 2}, {4, 1, 4}}},
+                                 {"parity-a", {{2, 1, 1}, {2, 1, 2}}}}) {
+    test::TempDir dir;
+    synth_checkpoint(synth_preset(preset), dir.str(), {.seed = 3, .progress = false});
+    GptOssWeights w = GptOssWeights::load(dir.str());
+    GptOssCpuModel ref(w);
+    GenerateOptions greedy{.max_tokens = 10, .sampling = {.temperature = 0}, .stop_at_eos = false, .prefill_chunk = 3};
+    GenerateOptions sampled = greedy;
+    sampled.sampling = {.temperature = 0.8f, .top_p = 0.9f, .seed = 5};
+    const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8, 9, 10, 11}, {3, 1, 4}};
+    for (const ParallelLayout& L : layouts) {
+      ShardedCpuGroup g(w, L);
+      for (const GenerateOptions& opt : {greedy, sampled})
+        for (const auto& p : prompts) {
+          g.reset();
+          const auto got = generate_loop(w.config, p, opt, [&](std::span<const int32_t> t) { return g.forward(t, false); });
+          EXPECT_EQ(got, generate(ref, p, opt)) << preset << " " << L.name() << " temperature " << opt.sampling.temperature;
+          EXPECT_EQ(g.length(), int(p.size() + got.size()) - 1);
+        }
+    }
+  }
+}
+
+// A layout the model cannot take is refused before any rank runs; a bad token is refused before
+// the ranks start (none is left waiting in a collective), and the group still works afterwards.
+TEST(ShardedCpuGroup, RefusesBadLayoutsAndTokensWithoutHanging) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-a"), dir.str(), {.seed = 3, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  EXPECT_THROW(ShardedCpuGroup(w, {4, 1, 2}), Error);  // 6 heads over tp 4
+  EXPECT_THROW(ShardedCpuGroup(w, {2, 1, 3}), Error);  // ep 3 does not divide the world
+  ShardedCpuGroup g(w, {2, 1, 2});
+  const std::vector<int32_t> bad = {1, w.config.vocab};
+  EXPECT_THROW(g.forward(bad, false), Error);
+  EXPECT_THROW(g.forward({}, false), Error);
+  EXPECT_EQ(g.length(), 0);
+  const std::vector<int32_t> ok = {1, 2, 3};
+  GptOssCpuModel ref(w);
+  KvCache kv = ref.new_cache();
+  EXPECT_LT(rel_diff(g.forward(ok, false), ref.forward(ok, kv, false)), 1e-5);
+}
+
+// The command line: `generate --tp 2 --ep 2` prints the unsharded model's tokens; the GPU and the
+// other precisions are refused with the reason.
+TEST(ShardedCpuGroup, GenerateCli) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-a --seed 3 --quiet --out " + (d / "m")).exit_code, 0);
+  const std::string m = "generate --model " + (d / "m") + " --tokens 5,6,7,8 --max-tokens 8 --greedy --ignore-eos";
+  auto plain = test::run_cli(m), sharded = test::run_cli(m + " --tp 2 --ep 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  EXPECT_EQ(sharded.out, plain.out);
+  EXPECT_NE(sharded.err.find("sharded: tp2 dp1 ep2 (2 ranks as threads)"), std::string::npos) << sharded.err;
+  auto gpu = test::run_cli(m + " --tp 2 --backend cuda");
+  EXPECT_EQ(gpu.exit_code, 1);
+  EXPECT_NE(gpu.err.find("the GPU layouts (NCCL, one process per GPU) are not built yet"), std::string::npos) << gpu.err;
+  auto bf16 = test::run_cli(m + " --tp 2 --precision bf16");
+  EXPECT_EQ(bf16.exit_code, 1);
+  EXPECT_NE(bf16.err.find("the sharded CPU forward is fp32"), std::string::npos) << bf16.err;
+  auto heads = test::run_cli(m + " --tp 4");
+  EXPECT_EQ(heads.exit_code, 1);
+  EXPECT_NE(heads.err.find("6 attention heads do not split over tp 4"), std::string::npos) << heads.err;
 }
 
 }  // namespace
