@@ -79,16 +79,17 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
     float4 wr[kRouterW4];
     load_router_row(router, e, E, H, wr);
     const float bias = __bfloat162float(router_bias[e]);
-    // Two tokens at a time (independent sums in flight), each summed as router_logit sums.
+    // Two tokens at a time (independent sums in flight), each summed as router_logit sums it.
     int i = 0;
     for (; i + 1 < nt; i += 2) {
-      float l0, l1;
-      router_logit2(wr, router, e, rows + size_t(i) * Hp, rows + size_t(i + 1) * Hp, H, l0, l1);
-      l0 += bias, l1 += bias;
-      if (lane == 0) {
-        lg[i * E + e] = l0, logits[size_t(t0 + i) * E + e] = l0;
-        lg[(i + 1) * E + e] = l1, logits[size_t(t0 + i + 1) * E + e] = l1;
-      }
+      const float* const pair[2] = {rows + size_t(i) * Hp, rows + size_t(i + 1) * Hp};
+      float l[2];
+      router_logits<2>(wr, router, e, pair, H, l);
+      if (lane == 0)
+        for (int n = 0; n < 2; ++n) {
+          const float v = l[n] + bias;
+          lg[(i + n) * E + e] = v, logits[size_t(t0 + i + n) * E + e] = v;
+        }
     }
     for (; i < nt; ++i) {
       const float l = router_logit(wr, router, e, rows + size_t(i) * Hp, H) + bias;

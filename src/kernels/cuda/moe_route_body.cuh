@@ -77,47 +77,42 @@ __device__ inline void load_router_row(const float* router, int e, int E, int H,
     wr[j] = regs && i < H / 4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
-// Expert e's logit of the normalized row (shared memory) without its bias: linear_f32_small's
-// products and order of sums (warp_dot_f32), from the registers when they hold the row.
-__device__ inline float router_logit(const float4 (&wr)[kRouterW4], const float* router, int e, const float* row,
-                                     int H) {
-  if (!router_rows_in_regs(H)) return warp_dot_f32(router + size_t(e) * H, row, H);
-  const int lane = threadIdx.x & 31;
-  const float4* x4 = reinterpret_cast<const float4*>(row);
-  float acc = 0;
-#pragma unroll
-  for (int j = 0; j < kRouterW4; ++j) {
-    const int i = lane + 32 * j;
-    if (i < H / 4) {
-      const float4 a = wr[j], b = x4[i];
-      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-    }
-  }
-  return warp_sum(acc);
-}
-
-// router_logit of two rows at once (two independent sums; each the same products and order).
-__device__ inline void router_logit2(const float4 (&wr)[kRouterW4], const float* router, int e, const float* row0,
-                                     const float* row1, int H, float& l0, float& l1) {
+// Expert e's logits of N normalized rows (shared memory) without its bias: linear_f32_small's
+// products and order of sums (warp_dot_f32) for each row, from the registers when they hold the
+// router row; N > 1 keeps N independent sums in flight.
+template <int N>
+__device__ inline void router_logits(const float4 (&wr)[kRouterW4], const float* router, int e,
+                                     const float* const (&rows)[N], int H, float (&out)[N]) {
   if (!router_rows_in_regs(H)) {
-    l0 = warp_dot_f32(router + size_t(e) * H, row0, H);
-    l1 = warp_dot_f32(router + size_t(e) * H, row1, H);
+#pragma unroll
+    for (int n = 0; n < N; ++n) out[n] = warp_dot_f32(router + size_t(e) * H, rows[n], H);
     return;
   }
   const int lane = threadIdx.x & 31;
-  const float4* x0 = reinterpret_cast<const float4*>(row0);
-  const float4* x1 = reinterpret_cast<const float4*>(row1);
-  float acc0 = 0, acc1 = 0;
+  float acc[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n] = 0;
 #pragma unroll
   for (int j = 0; j < kRouterW4; ++j) {
     const int i = lane + 32 * j;
     if (i < H / 4) {
-      const float4 a = wr[j], b = x0[i], c = x1[i];
-      acc0 += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-      acc1 += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
+      const float4 a = wr[j];
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        const float4 b = reinterpret_cast<const float4*>(rows[n])[i];
+        acc[n] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+      }
     }
   }
-  l0 = warp_sum(acc0), l1 = warp_sum(acc1);
+#pragma unroll
+  for (int n = 0; n < N; ++n) out[n] = warp_sum(acc[n]);
+}
+__device__ inline float router_logit(const float4 (&wr)[kRouterW4], const float* router, int e, const float* row,
+                                     int H) {
+  const float* const rows[1] = {row};
+  float out[1];
+  router_logits<1>(wr, router, e, rows, H, out);
+  return out[0];
 }
 
 // A normalized row (shared memory, H floats) as BF16 in the MXFP4 activation layout (out
