@@ -462,15 +462,15 @@ struct GptOssCudaFp8::Impl {
     bool newest_only() const { return prompts.empty() && !multi_row; }
   };
 
+  // Whether dense() of T rows takes cuBLASLt (whose output comes without the bias).
+  bool dense_takes_lt(const Pass& pass, const Fp8Weight& W, int T, int ld) const {
+    return pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, W.rows, W.cols);
+  }
   // Dense GEMM y [T][N] (+)= x . W^T + bias; the T activation rows already quantized: codes xq
   // [T][K], scales xs [K/128][ld]. From 32 rows on, cuBLASLt (prefill chunks and decode buckets of
   // 32+: captured in the step's graph like any kernel); below, the skinny kernel, whose 16-row
   // weight tiles re-read the activations per tile. cuBLASLt reads scales laid out for exactly
   // round4(T) rows.
-  // Whether dense() of T rows takes cuBLASLt (whose output comes without the bias).
-  bool dense_takes_lt(const Pass& pass, const Fp8Weight& W, int T, int ld) const {
-    return pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, W.rows, W.cols);
-  }
   // bias_later: on the cuBLASLt path the bias is left to the consumer of `out` (the caller adds
   // it, as add_bias would, where it next reads the rows); the skinny kernel still adds it.
   void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const uint8_t* xq, const float* xs, int ld,
