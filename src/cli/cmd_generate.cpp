@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "cli/commands.h"
+#include "cli/parallel_arg.h"
 #include "cli/speculative_arg.h"
 #include "cli/weights_arg.h"
 #include "core/log.h"
@@ -26,11 +27,11 @@ int64_t one_sequence_blocks(int ctx) {
 struct Args {
   std::string model, tokens, prompts, backend = "cpu", precision;
   int max_tokens = 16;
-  int tp = 1, ep = 1;  // the CPU's sharded layout (ranks as threads); 1, 1: the ordinary model
   bool greedy = false, ignore_eos = false;
   SamplingParams sampling;
   SpeculativeArg spec;
   WeightsArg weights;
+  ParallelArg parallel;  // --tp/--ep: the CPU's sharded layout; 1, 1: the ordinary model
 };
 
 // --speculative: the prompts one after another through the serving engine (one sequence), whose
@@ -106,25 +107,14 @@ void add_generate(CLI::App& app) {
                   "mxfp4, fp8 of --weights fp8); cuda: fp8 (default: the engine's path, experts as --weights says), "
                   "bf16 or fp32")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16", "mxfp4"}));
-  cmd->add_option("--tp", args->tp,
-                  "cpu: tensor-parallel ranks (heads, dense layers, the experts' intermediate), run as threads "
-                  "of this process with fp32 weights")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--ep", args->ep, "cpu: expert-parallel ranks (they must divide the tp ranks)")
-      ->check(CLI::PositiveNumber);
+  args->parallel.add(cmd);
   args->spec.add(cmd);
   args->weights.add(cmd);
   cmd->callback([args] {
     args->weights.check(args->backend, args->precision);
-    const bool sharded = args->tp != 1 || args->ep != 1;
-    if (sharded) {
-      if (args->backend != "cpu")
-        fail("--tp/--ep: the GPU layouts (NCCL, one process per GPU) are not built yet; --backend cpu runs them as "
-             "threads of one process");
-      if (!args->precision.empty() && args->precision != "fp32")
-        fail("--tp/--ep: the sharded CPU forward is fp32; --precision {} has no sharded path", args->precision);
-      if (args->spec.on()) fail("--tp/--ep: --speculative runs on the serving engine, which is not sharded");
-    }
+    args->parallel.check(args->backend, args->precision);
+    const bool sharded = args->parallel.sharded();
+    if (sharded && args->spec.on()) fail("--tp/--ep: --speculative runs on the serving engine, which is not sharded");
     if (args->tokens.empty() == args->prompts.empty()) fail("generate: give --tokens IDS or --prompts FILE");
     std::vector<std::vector<int32_t>> prompts;
     if (!args->tokens.empty()) {
@@ -167,7 +157,7 @@ void add_generate(CLI::App& app) {
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_greedy_cuda(*ref_model, p, opt, st); };
       }
     } else if (sharded) {
-      sharded_model = std::make_unique<ShardedCpuGroup>(w, ParallelLayout{.tp = args->tp, .dp = 1, .ep = args->ep});
+      sharded_model = std::make_unique<ShardedCpuGroup>(w, args->parallel.layout());
       log_info("sharded: {} ({} ranks as threads)", sharded_model->layout().name(), sharded_model->layout().world());
       run = [&](const std::vector<int32_t>& p, GenerateStats* st) {
         sharded_model->reset();

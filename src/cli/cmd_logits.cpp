@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/parallel_arg.h"
 #include "cli/weights_arg.h"
 #include "core/error.h"
 #include "core/npy.h"
@@ -6,6 +7,7 @@
 #include "engine/cuda_runner.h"
 #include "model/gpt_oss_cuda_fp8.h"
 #include "model/gpt_oss_forward.h"
+#include "parallel/sharded_group.h"
 
 namespace osprey::cli {
 
@@ -14,6 +16,7 @@ void add_logits(CLI::App& app) {
     std::string model, tokens, out, backend = "cpu", precision;
     bool no_cublaslt = false;
     WeightsArg weights;
+    ParallelArg parallel;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits at every position as a float32 .npy [T, vocab]");
@@ -27,14 +30,18 @@ void add_logits(CLI::App& app) {
                   "cuda: fp8 (default: the engine's path, experts as --weights says), bf16, or fp32 (a check of the math)")
       ->check(CLI::IsMember({"fp32", "fp8", "bf16", "mxfp4"}));
   args->weights.add(cmd);
+  args->parallel.add(cmd);
   cmd->add_flag("--no-cublaslt", args->no_cublaslt,
                 "cuda fp8: the skinny kernel for every GEMM (exact fp32 sums; the cross-check against --backend cpu --precision fp8)");
   cmd->callback([args] {
     std::vector<int32_t> tokens = parse_token_list(args->tokens);
+    args->weights.check(args->backend, args->precision);
+    args->parallel.check(args->backend, args->precision);
+    const std::string prec = args->precision.empty() ? (args->backend == "cuda" ? "fp8" : "fp32") : args->precision;
+    if (args->no_cublaslt && !(args->backend == "cuda" && prec == "fp8"))
+      fail("--no-cublaslt applies to the GPU's fp8 path (--backend cuda, --precision fp8)");
     GptOssWeights w = GptOssWeights::load(args->model);
     std::vector<float> logits;
-    args->weights.check(args->backend, args->precision);
-    const std::string prec = args->precision.empty() ? (args->backend == "cuda" ? "fp8" : "fp32") : args->precision;
     if (args->backend == "cuda" && prec == "fp8") {
       const int ctx = int(tokens.size());
       GptOssCudaFp8 model(w, {.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = false,
@@ -45,6 +52,9 @@ void add_logits(CLI::App& app) {
     } else if (args->backend == "cuda") {
       GptOssCudaModel model(w, int(tokens.size()), prec == "fp32" ? GptOssCudaModel::Precision::FP32
                                                                   : GptOssCudaModel::Precision::BF16);
+      logits = model.forward(tokens, /*all_logits=*/true);
+    } else if (args->parallel.sharded()) {
+      ShardedCpuGroup model(w, args->parallel.layout());
       logits = model.forward(tokens, /*all_logits=*/true);
     } else {
       GptOssCpuModel model(w, cpu_precision(prec));

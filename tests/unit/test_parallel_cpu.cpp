@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/npy.h"
 #include "model/gpt_oss_forward.h"
 #include "model/gpt_oss_weights.h"
 #include "parallel/communicator.h"
@@ -210,6 +211,27 @@ TEST(ShardedCpuGroup, GenerateCli) {
   auto heads = test::run_cli(m + " --tp 4");
   EXPECT_EQ(heads.exit_code, 1);
   EXPECT_NE(heads.err.find("6 attention heads do not split over tp 4"), std::string::npos) << heads.err;
+  // `logits --tp 2 --ep 2`: every position's logits, the unsharded ones up to the order of the
+  // all-reduced sums.
+  auto l = test::run_cli("logits --model " + (d / "m") + " --tokens 5,6,7,8 --tp 2 --ep 2 --out " + (d / "l.npy"));
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  const NpyF32 npy = read_npy_f32(d / "l.npy");
+  GptOssWeights w = GptOssWeights::load(d / "m");
+  EXPECT_EQ(npy.shape, (std::vector<int64_t>{4, w.config.vocab}));
+  GptOssCpuModel ref(w);
+  KvCache kv = ref.new_cache();
+  const std::vector<int32_t> toks = {5, 6, 7, 8};
+  EXPECT_LT(rel_diff(npy.data, ref.forward(toks, kv, true)), 1e-5);
+  auto lgpu = test::run_cli("logits --model " + (d / "m") + " --tokens 5 --tp 2 --backend cuda --out " + (d / "x.npy"));
+  EXPECT_EQ(lgpu.exit_code, 1);
+  EXPECT_NE(lgpu.err.find("the GPU layouts (NCCL, one process per GPU) are not built yet"), std::string::npos) << lgpu.err;
+}
+
+// logits --no-cublaslt is the GPU fp8 path's switch: refused anywhere else.
+TEST(LogitsCli, NoCublasltRefusedOffTheGpuFp8Path) {
+  auto r = test::run_cli("logits --model /nonexistent --tokens 1 --out /tmp/x.npy --no-cublaslt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--no-cublaslt applies to the GPU's fp8 path"), std::string::npos) << r.err;
 }
 
 }  // namespace
