@@ -3,6 +3,11 @@
 # compare token streams of the CUDA path with the CPU fp8 emulation's.
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
+# NCCL (NcclCommunicator opens libnccl.so.2 at run time): the system's, else the copy torch ships.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+  [ -n "$nccl_dir" ] && [ -d "$nccl_dir" ] && export LD_LIBRARY_PATH=$nccl_dir:$LD_LIBRARY_PATH
+fi
 B=$PWD/build/osprey
 T=$PWD/build/tests/osprey_cuda_tests
 M=${MODELS:-/root/osprey_models}
