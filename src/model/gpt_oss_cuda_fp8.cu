@@ -462,31 +462,29 @@ struct GptOssCudaFp8::Impl {
     bool newest_only() const { return prompts.empty() && !multi_row; }
   };
 
-  // Whether dense() of T rows takes cuBLASLt (whose output comes without the bias).
-  bool dense_takes_lt(const Pass& pass, const Fp8Weight& W, int T, int ld) const {
-    return pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, W.rows, W.cols);
-  }
   // Dense GEMM y [T][N] (+)= x . W^T + bias; the T activation rows already quantized: codes xq
   // [T][K], scales xs [K/128][ld]. From 32 rows on, cuBLASLt (prefill chunks and decode buckets of
   // 32+: captured in the step's graph like any kernel); below, the skinny kernel, whose 16-row
   // weight tiles re-read the activations per tile. cuBLASLt reads scales laid out for exactly
   // round4(T) rows.
-  // bias_later: on the cuBLASLt path the bias is left to the consumer of `out` (the caller adds
-  // it, as add_bias would, where it next reads the rows); the skinny kernel still adds it.
-  void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const uint8_t* xq, const float* xs, int ld,
+  // bias_later (not accumulating): on the cuBLASLt path the bias may be left to the consumer of
+  // `out`, which adds it as add_bias would where it next reads the rows; returns whether it was
+  // left (the skinny kernel always adds it).
+  bool dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const uint8_t* xq, const float* xs, int ld,
              float* out, int T, bool accumulate, float* tmp, bool bias_later = false) {
     const int N = W.rows, K = W.cols;
-    if (dense_takes_lt(pass, W, T, ld)) {
+    if (pass.lt_dense && T >= 32 && ld == fp8::round4(T) && lt->available(ld, N, K)) {
       lt->run(W.data(), W.scale(), xq, xs, accumulate ? tmp : out, ld, N, K);
       if (accumulate) cuda::add_bias_accumulate(out, tmp, bias, T, N, stream);
       else if (!bias_later) cuda::add_bias(out, bias, T, N, stream);
-      return;
+      return !accumulate && bias_later;
     }
     cuda::fp8_gemm_dense(W.data(), W.scale(), W.stride(), bias, xq, xs, ld, out, N, accumulate, N, K, T, T, stream);
+    return false;
   }
-  void dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
+  bool dense(const Pass& pass, const Fp8Weight& W, const cuda::bf16* bias, const ActBuf& act, float* out, int T,
              bool accumulate, float* tmp, bool bias_later = false) {
-    dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp, bias_later);
+    return dense(pass, W, bias, act.q.ptr, act.s.ptr, fp8::round4(T), out, T, accumulate, tmp, bias_later);
   }
   // dense_bf16: y [T][N] (+)= bf16(in [T][K]) . W^T + bias (W [N][K] BF16) through cuBLAS, fp32
   // sums; accumulate goes through h.
@@ -551,10 +549,10 @@ struct GptOssCudaFp8::Impl {
       Layer& L = layers[l];
       const cuda::KvLayerView kv = view(l);
       if (L.fused_qkv) {
+        // cuBLASLt's output comes without its bias: then the rope kernel adds it as it reads the rows.
+        bool bias_pending = false;
         if (dense_bf16) dense16(L.qkv16.ptr, L.qkv_bias.ptr, hn.ptr, qkv.ptr, T, cfg.q_dim() + 2 * cfg.kv_dim(), H, false);
-        else dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr, /*bias_later=*/true);
-        // cuBLASLt's output without its bias: the rope kernel adds it as it reads the rows.
-        const bool bias_pending = !dense_bf16 && dense_takes_lt(pass, L.qkv, T, ld);
+        else bias_pending = dense(pass, L.qkv, L.qkv_bias.ptr, act_h, qkv.ptr, T, false, nullptr, /*bias_later=*/true);
         cuda::qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, T, cfg.num_heads,
                                 q.ptr, stream, /*decode_rows=*/pass.newest_only(),
                                 bias_pending ? L.qkv_bias.ptr : nullptr);

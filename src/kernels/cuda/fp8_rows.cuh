@@ -91,6 +91,20 @@ __device__ inline size_t act_scale_index(const Layout& sg, int KB, int r, int kb
 constexpr int kRowThreads = 1024, kRowMax = 4096, kRouteThreads = 256, kExpertsPerRouteBlock = kRouteThreads / 32;
 constexpr int kMaxTopK = 8;  // experts per token the combine stages
 
+// One warp's 1x128 quantization of block kb of row t (normalized, in shared memory, H floats):
+// codes into q [H], the scale into s[kb * ld + t].
+__device__ inline void quantize_row_block(const float* row, int kb, int H, uint8_t* q, float* s, int ld, int t) {
+  const int lane = threadIdx.x & 31;
+  float w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = kb * kB + lane * 4 + i;
+    w[i] = c < H ? row[c] : 0.0f;
+  }
+  const float sc = warp_quantize_block128(w, kb * kB, H, q);
+  if (lane == 0) s[size_t(kb) * ld + t] = sc;
+}
+
 // RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
 // past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
 // codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
@@ -132,16 +146,7 @@ __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS],
   }
   __syncthreads();
   const int KB = (H + kB - 1) / kB;
-  for (int kb = warp; q && kb < KB; kb += THREADS / 32) {
-    float w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = kb * kB + lane * 4 + i;
-      w[i] = c < H ? row[c] : 0.0f;
-    }
-    const float sc = warp_quantize_block128(w, kb * kB, H, q);
-    if (lane == 0) s[size_t(kb) * ld + t] = sc;
-  }
+  for (int kb = warp; q && kb < KB; kb += THREADS / 32) quantize_row_block(row, kb, H, q, s, ld, t);
   __syncthreads();
 }
 
@@ -178,16 +183,7 @@ __device__ inline void warp_rmsnorm_quantize_row(float* row, const bf16* gain, i
   }
   __syncwarp();
   const int KB = (H + kB - 1) / kB;
-  for (int kb = 0; q && kb < KB; ++kb) {
-    float w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = kb * kB + lane * 4 + i;
-      w[i] = c < H ? row[c] : 0.0f;
-    }
-    const float sc = warp_quantize_block128(w, kb * kB, H, q);
-    if (lane == 0) s[size_t(kb) * ld + t] = sc;
-  }
+  for (int kb = 0; q && kb < KB; ++kb) quantize_row_block(row, kb, H, q, s, ld, t);
 }
 
 template <int THREADS>

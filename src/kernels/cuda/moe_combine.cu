@@ -194,15 +194,14 @@ void moe_swiglu_quantize(const float* t, const bf16* b1, ActScales by_expert, in
                          uint8_t* q, float* s, cudaStream_t st) {
   if (rows == 0) return;
   if (!by_expert.seg) fail_plain("moe_swiglu_quantize: the scales are laid out by expert");
-  const ActScales& sg = by_expert;
   if (rows > kSwigluRowsAbove) {
-    launch_pdl("swiglu", moe_swiglu_quant_rows_kernel, unsigned((size_t(rows) * 32 + 255) / 256), 256, 0, st, t, b1, sg,
-               rows, I, alpha, limit, q, s);
+    launch_pdl("swiglu", moe_swiglu_quant_rows_kernel, unsigned((size_t(rows) * 32 + 255) / 256), 256, 0, st, t, b1,
+               by_expert, rows, I, alpha, limit, q, s);
     return;
   }
   const size_t warps = size_t(rows) * ((I + kB - 1) / kB);
-  launch_pdl("swiglu", moe_swiglu_quant_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, t, b1, sg, rows, I, alpha, limit,
-             q, s);
+  launch_pdl("swiglu", moe_swiglu_quant_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, t, b1, by_expert, rows, I,
+             alpha, limit, q, s);
 }
 
 }  // namespace osprey::cuda

@@ -11,15 +11,10 @@
 
 namespace osprey::cuda {
 
-// Counting sort of (token, choice) pairs by expert by one block; each expert's run padded to a
-// multiple of 4. idx is read coherently (.cg): in moe_route it was written by other blocks of the
-// same kernel. sh: 3E + 1 ints of shared memory.
-__device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, int32_t* seg, int32_t* row_token,
-                               int32_t* pair_row, int32_t* active, int* sh) {
-  int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
-  __syncthreads();
-  // Eight choices a thread loaded at once before their atomics (one L2 round trip per eight).
+// fn(p, idx[p]) for every pair p < P the block holds, eight choices a thread loaded at once before
+// fn sees any (one L2 round trip per eight; fn's atomics would otherwise hold each load back).
+template <class Fn>
+__device__ inline void for_each_choice(const int32_t* idx, int P, Fn&& fn) {
   constexpr int kBatch = 8;
   for (int p0 = 0; p0 < P; p0 += kBatch * int(blockDim.x)) {
     int e[kBatch];
@@ -30,8 +25,19 @@ __device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, i
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (e[b] >= 0) atomicAdd(&cnt[e[b]], 1);
+      if (e[b] >= 0) fn(p0 + b * int(blockDim.x) + int(threadIdx.x), e[b]);
   }
+}
+
+// Counting sort of (token, choice) pairs by expert by one block; each expert's run padded to a
+// multiple of 4. idx is read coherently (.cg): in moe_route it was written by other blocks of the
+// same kernel. sh: 3E + 1 ints of shared memory.
+__device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, int32_t* seg, int32_t* row_token,
+                               int32_t* pair_row, int32_t* active, int* sh) {
+  int *cnt = sh, *base = sh + E, *cursor = sh + 2 * E + 1;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0, cursor[e] = 0;
+  __syncthreads();
+  for_each_choice(idx, P, [&](int, int e) { atomicAdd(&cnt[e], 1); });
   __syncthreads();
   if (threadIdx.x == 0) {
     base[0] = 0;
@@ -44,21 +50,11 @@ __device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, i
   }
   __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
-  for (int p0 = 0; p0 < P; p0 += kBatch * int(blockDim.x)) {
-    int e[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int p = p0 + b * int(blockDim.x) + int(threadIdx.x);
-      e[b] = p < P ? __ldcg(idx + p) : -1;
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      if (e[b] < 0) continue;
-      const int p = p0 + b * int(blockDim.x) + int(threadIdx.x), r = base[e[b]] + atomicAdd(&cursor[e[b]], 1);
-      row_token[r] = p / k;
-      pair_row[p] = r;
-    }
-  }
+  for_each_choice(idx, P, [&](int p, int e) {
+    const int r = base[e] + atomicAdd(&cursor[e], 1);
+    row_token[r] = p / k;
+    pair_row[p] = r;
+  });
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
 }

@@ -153,18 +153,16 @@ void gather_act_1x128(const uint8_t* q_in, const float* s_in, int ld_in, const i
   if (!in_rows) fail_plain("gather_act_1x128: the rows to gather are required");
   if (K % 16 == 0 && ((reinterpret_cast<uintptr_t>(q_in) | reinterpret_cast<uintptr_t>(q)) & 15))
     fail_plain("gather_act_1x128: codes must be 16-byte aligned");
-  const ActScales& sg = scales;
-  const size_t warps = size_t(rows);
-  launch_pdl("gather", gather_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, q_in, s_in, ld_in, in_rows,
-             rows, K, q, s, sg);
+  launch_pdl("gather", gather_act_kernel, unsigned((size_t(rows) * 32 + 255) / 256), 256, 0, st, q_in, s_in, ld_in,
+             in_rows, rows, K, q, s, scales);
 }
 
 void quantize_act_1x128(const float* x, const int32_t* in_rows, int rows, int K, uint8_t* q, float* s, ActScales scales,
                         cudaStream_t st) {
   if (rows == 0) return;
-  const ActScales& sg = scales;
   const size_t warps = size_t(rows) * ((K + kB - 1) / kB);
-  launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s, sg);
+  launch_pdl("quant", quantize_act_kernel, unsigned((warps * 32 + 255) / 256), 256, 0, st, x, in_rows, rows, K, q, s,
+             scales);
 }
 
 }  // namespace osprey::cuda
