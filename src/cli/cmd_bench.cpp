@@ -106,12 +106,11 @@ void add_bench(CLI::App& app) {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;
     cu->weights.check(args->backend, "");
     if (args->model.empty()) fail("bench: --model is required (or use `bench serve` or `bench grammar`)");
+    // The GPU bench's options (their help begins "cuda:") have no meaning on the CPU: refused.
     if (args->backend != "cuda")
-      for (const char* name : {"--prefill-lens", "--batches", "--contexts", "--prefill-reps", "--steps",
-                               "--prefill-chunk", "--kv-blocks", "--usd-per-gpu-hour", "--no-graphs", "--temperature",
-                               "--top-p", "--top-k", "--json", "--verify-k", "--verify-batches", "--attention-lens",
-                               "--decode-kernel", "--persistent-blocks", "--timeline"})
-        if (cmd->count(name) > 0) fail("bench: {} applies to --backend cuda", name);
+      for (const CLI::Option* o : cmd->get_options())
+        if (o->count() > 0 && o->get_description().rfind("cuda:", 0) == 0)
+          fail("bench: {} applies to --backend cuda", o->get_name());
     if (args->backend == "cuda") {
       cu->model = args->model;
       cu->seed = args->seed;

@@ -63,6 +63,11 @@ cpu::RopeTable gpt_oss_rope_table(const GptOssConfig& c) {
                                .truncate = c.rope_truncate});
 }
 
+void check_token_ids(std::span<const int32_t> tokens, const GptOssConfig& c) {
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", t, c.vocab);
+}
+
 std::vector<int> gpt_oss_kv_windows(const GptOssConfig& c) {
   std::vector<int> windows;
   for (bool s : c.layer_is_sliding) windows.push_back(s ? c.sliding_window : 0);
@@ -88,7 +93,7 @@ std::vector<std::vector<float>> GptOssCpuModel::forward_batch(std::span<const Se
     if (ch.tokens.empty()) fail("forward: a chunk has no tokens");
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
       const int32_t tok = ch.tokens[i];
-      if (tok < 0 || tok >= c.vocab) fail("token id {} is outside the vocabulary [0, {})", tok, c.vocab);
+      check_token_ids(std::span(&tok, 1), c);
       tokens.push_back(tok);
       pos.push_back(ch.kv->length() + int32_t(i));
     }

@@ -19,6 +19,8 @@ namespace osprey {
 cpu::RopeTable gpt_oss_rope_table(const GptOssConfig& c);
 // Each layer's KV window for KvCache: 0 for full attention, else the sliding window.
 std::vector<int> gpt_oss_kv_windows(const GptOssConfig& c);
+// Throws Error naming the first token id outside the vocabulary [0, c.vocab).
+void check_token_ids(std::span<const int32_t> tokens, const GptOssConfig& c);
 
 // Keys/values of one layer for the attention of a chunk: positions before the chunk (p0) from the
 // cache, the chunk's own from its buffers k, v [T][kv heads][head_dim] (rows `row` floats apart).

@@ -105,8 +105,7 @@ std::vector<float> ShardedCpuRank::forward(std::span<const int32_t> tokens, bool
   const GptOssConfig& c = w_.config;
   const int H = c.hidden, T = int(tokens.size()), V = c.vocab;
   if (T == 0) fail("ShardedCpuRank::forward: no tokens");
-  for (int32_t t : tokens)
-    if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
+  check_token_ids(tokens, c);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int i = 0; i < T; ++i) pos[size_t(i)] = cache_.length() + i;
   std::vector<float> x(size_t(T) * H);

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "model/gpt_oss_forward.h"
 #include "model/gpt_oss_weights.h"
 
 namespace osprey {
@@ -20,8 +21,7 @@ std::vector<float> ShardedCpuGroup::forward(std::span<const int32_t> tokens, boo
   // The checks a rank would make, here: a rank that threw alone would leave the others waiting
   // in a collective.
   if (tokens.empty()) fail("forward: no tokens");
-  for (int32_t t : tokens)
-    if (t < 0 || t >= w_.config.vocab) fail("token id {} is outside the vocabulary [0, {})", t, w_.config.vocab);
+  check_token_ids(tokens, w_.config);
   const int n = int(ranks_.size());
   std::vector<std::vector<float>> logits(static_cast<size_t>(n));
   std::vector<std::exception_ptr> failed(static_cast<size_t>(n));
