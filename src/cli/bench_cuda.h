@@ -22,6 +22,9 @@ struct BenchCudaArgs {
   // Prefill attention alone (one full and one sliding layer of the model's shape): prompt lengths
   // to time (empty: none).
   std::string attention_lens;
+  // The MoE's two expert GEMMs of one layer alone, MXFP4 and FP8 experts side by side: decode
+  // batch sizes to time (empty: none). Timed before the model loads (the KV pool takes the rest).
+  std::string moe_batches;
   // Decode steps of up to 8 rows: "per-op" (the model's default) or "persistent" (one kernel a
   // step); the persistent grid's blocks per SM; a file for one step's per-SM timeline (empty: none).
   std::string decode_kernel = "per-op";

@@ -92,6 +92,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--verify-batches", cu->verify_batches, "cuda: batch sizes of the verify table");
   cmd->add_option("--attention-lens", cu->attention_lens,
                   "cuda: prompt lengths at which to time the prefill attention of one layer alone");
+  cmd->add_option("--moe-batches", cu->moe_batches,
+                  "cuda: decode batch sizes at which to time the MoE's two expert GEMMs of one layer alone (MXFP4 and "
+                  "FP8 experts, random top-k routing), against the copy bandwidth");
   cmd->add_option("--decode-kernel", cu->decode_kernel,
                   "cuda: decode steps of up to 8 rows kernel by kernel (per-op, the default) or as one persistent "
                   "kernel (where the model allows it: MXFP4 experts, head_dim 64)")

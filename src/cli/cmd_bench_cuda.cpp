@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/attention_timing.h"
+#include "model/moe_timing.h"
 #include "model/gpt_oss_cost.h"
 #include "model/gpt_oss_cuda_fp8.h"
 
@@ -48,6 +50,34 @@ void write_timeline(const std::string& path, const GptOssCudaFp8::Timeline& t, i
   log_info("timeline of one decode step (context {}, batch {}) written to {}", context, batch, path);
 }
 
+// The MoE's expert GEMMs of one layer alone at the model's shape: the weight bytes the touched
+// experts hold over the time of both GEMMs, against the copy bandwidth (read + write; a read-only
+// stream can pass it), MXFP4 and FP8 experts in the same run.
+nlohmann::json bench_moe_gemms(const BenchCudaArgs& a, const std::vector<int32_t>& batches, double copy_bw) {
+  nlohmann::json out = nlohmann::json::array();
+  const GptOssConfig c = GptOssConfig::load((std::filesystem::path(a.model) / "config.json").string());
+  fmt::print("\nMoE expert GEMMs of one layer (gate-up and down; {} experts, top-{}), weight bytes over time\n\n",
+             c.num_experts, c.experts_per_token);
+  fmt::print("| batch | experts touched | format | weight MB | us | TB/s | of copy bandwidth | mxfp4 / fp8 speed |\n");
+  fmt::print("|---:|---:|---|---:|---:|---:|---:|---:|\n");
+  for (int b : batches) {
+    const MoeGemmShape shape{.batch = b, .experts = c.num_experts, .top_k = c.experts_per_token, .hidden = c.hidden,
+                             .intermediate = c.intermediate};
+    const int reps = std::max(4, a.steps / 4);
+    const MoeGemmTiming mx = time_moe_gemm_mxfp4(shape, reps), f8 = time_moe_gemm_fp8(shape, reps);
+    for (const auto& [name, t] : {std::pair{"mxfp4", mx}, std::pair{"fp8", f8}}) {
+      const double tbs = t.weight_bytes / t.seconds / 1e12;
+      out.push_back({{"batch", b}, {"format", name}, {"experts_touched", t.experts_touched}, {"weight_bytes", t.weight_bytes},
+                     {"seconds", t.seconds}, {"fraction_of_copy_bandwidth", tbs * 1e12 / copy_bw}});
+      fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.2f} | {:.3f} | {} |\n", b, t.experts_touched, name,
+                 t.weight_bytes / 1e6, t.seconds * 1e6, tbs, tbs * 1e12 / copy_bw,
+                 name == std::string("mxfp4") ? fmt::format("{:.2f}", f8.seconds / mx.seconds) : std::string());
+    }
+  }
+  fmt::print("\n");
+  return out;
+}
+
 }  // namespace
 
 void run_bench_cuda(const BenchCudaArgs& a) {
@@ -56,6 +86,12 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto positive = [](const std::string& s, const char* option) {
     return parse_int_list(s, option, "a positive integer", /*positive=*/true);
   };
+  // --prefill-lens "" --batches "" with --moe-batches: the MoE table alone, without the model.
+  if (a.prefill_lens.empty() && a.batches.empty()) {
+    if (a.moe_batches.empty()) fail("bench: nothing to time (--prefill-lens and --batches are empty, no --moe-batches)");
+    bench_moe_gemms(a, positive(a.moe_batches, "--moe-batches"), GptOssCudaFp8::measure_copy_bandwidth());
+    return;
+  }
   const std::vector<int32_t> prefill_lens = positive(a.prefill_lens, "--prefill-lens"),
                              batches = positive(a.batches, "--batches"), contexts = positive(a.contexts, "--contexts");
   const std::vector<int32_t> verify_ks = a.verify_ks.empty() ? std::vector<int32_t>{} : positive(a.verify_ks, "--verify-k");
@@ -67,6 +103,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                                *std::max_element(prefill_lens.begin(), prefill_lens.end()) + 2);
   const double bw = GptOssCudaFp8::measure_copy_bandwidth();
   log_info("device copy bandwidth {:.0f} GB/s (read + write)", bw / 1e9);
+  const nlohmann::json moe = a.moe_batches.empty() ? nlohmann::json() : bench_moe_gemms(a, positive(a.moe_batches, "--moe-batches"), bw);
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
@@ -102,6 +139,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"decode_kernel", a.decode_kernel},
                         {"persistent_blocks_per_sm", a.persistent_blocks},
                         {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
+  if (!moe.is_null()) out["moe_gemms"] = moe;
   fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
   for (int n : prefill_lens) {

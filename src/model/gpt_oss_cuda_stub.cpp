@@ -58,3 +58,12 @@ namespace osprey {
 PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape&, int) { fail("no CUDA backend"); }
 
 }  // namespace osprey
+
+#include "model/moe_timing.h"
+
+namespace osprey {
+
+MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape&, int) { fail("no CUDA backend"); }
+MoeGemmTiming time_moe_gemm_fp8(const MoeGemmShape&, int) { fail("no CUDA backend"); }
+
+}  // namespace osprey

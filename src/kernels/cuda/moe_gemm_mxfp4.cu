@@ -18,10 +18,14 @@ namespace osprey::cuda {
 
 namespace {
 
+// Ring depths: the most stages that keep two blocks an SM at the 20b and 120b shapes (ks <= 2).
 template <int NT>
-__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 2 : 1)
+constexpr int decode_stages() { return NT == 1 ? 6 : NT == 2 ? 5 : 4; }
+
+template <int NT>
+__global__ void __launch_bounds__(kWarps * 32, 2)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<NT>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+  mxfp4_decode_body<NT, PdlSync, decode_stages<NT>()>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,9 +246,9 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   if (rows.rows == 0) return;
   const int row_tiles = W.N / 16, sms = sm_count();
   const int ks = mxfp4_k_splits(W.N, W.K, sms);
-  constexpr size_t kMaxSmem = 200 * 1024;  // dynamic, beside the decode kernel's static reduction buffer
-  // Up to 48 rows an expert (three passes of 16 over weights that stay in L2) the decode path;
-  // beyond, 128-row tiles.
+  constexpr size_t kMaxSmem = 200 * 1024;
+  // Up to 48 rows an expert the decode path (one pass over the weights for up to 32 rows of an
+  // expert, two for more); beyond, 128-row tiles.
   if (rows.rows_per_expert > 48) {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -255,18 +259,21 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y, ks);
     return;
   }
-  // 8 rows a pass up to 16 rows an expert (two blocks an SM; a second pass finds the block's
-  // weights in L2), 16 beyond.
-  const int NT = rows.rows_per_expert > 16 ? 2 : 1;
-  const size_t smem = mxfp4_decode_smem(NT, W.K);
-  if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
+  // One pass over the weights for up to 8 NT rows an expert: NT from the rows an expert
+  // typically gets, fewer where the splits' activation stages would not fit.
+  int NT = rows.rows_per_expert > 16 ? 4 : rows.rows_per_expert > 8 ? 2 : 1;
+  auto smem_of = [&](int nt) { return mxfp4_decode_smem(nt, ks, nt == 1 ? decode_stages<1>() : nt == 2 ? decode_stages<2>() : decode_stages<4>()); };
+  while (NT > 1 && (!decode_fits(NT, ks) || smem_of(NT) > kMaxSmem)) NT /= 2;
+  const size_t smem = smem_of(NT);
+  if (!decode_fits(NT, ks) || smem > kMaxSmem)
+    fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: " + std::to_string(ks) + " K splits do not fit the decode ring");
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>})
+    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>, mxfp4_decode_kernel<4>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
   const int segments = rows.active ? rows.active_max : W.experts;
-  auto kernel = NT == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>;
+  auto kernel = NT == 1 ? mxfp4_decode_kernel<1> : NT == 2 ? mxfp4_decode_kernel<2> : mxfp4_decode_kernel<4>;
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);

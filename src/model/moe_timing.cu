@@ -1,0 +1,185 @@
+// time_moe_gemm_mxfp4, time_moe_gemm_fp8 (moe_timing.h).
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "formats/fp8.h"
+#include "formats/mxfp4.h"
+#include "kernels/cuda/device_array.cuh"
+#include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4.cuh"
+#include "model/moe_timing.h"
+
+namespace osprey {
+
+namespace {
+
+
+using cuda::DeviceArray;
+using bf16 = cuda::bf16;
+
+__device__ inline uint32_t mix(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return uint32_t(z ^ (z >> 31));
+}
+// MXFP4 tiles (formats/mxfp4.h): random codes, scales 2^-9 .. 2^-2 (no factor past 2^0).
+__global__ void fill_mxfp4_tiles(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = mix(i, seed);
+    p[i] = i % kMxfp4TileBytes >= 1024 ? uint8_t(118 + (h & 7)) : uint8_t(h);
+  }
+}
+// E4M3 codes without NaN.
+__global__ void fill_fp8_codes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = uint8_t(mix(i, seed) & 0x77);
+}
+__global__ void fill_f32(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+__global__ void fill_bf16(bf16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(float(mix(i, seed) & 0xFFFF) / 65536.0f - 0.5f);
+}
+constexpr unsigned kFillBlocks = 1024, kFillThreads = 256;
+
+// A decode batch's routing: each token's top-k distinct experts at random, the (token, choice)
+// rows sorted by expert.
+struct Routing {
+  std::vector<int32_t> seg, active, row_token;
+  int touched = 0;
+};
+Routing route(const MoeGemmShape& a) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> by_expert(a.experts);
+  std::vector<int> ids(a.experts);
+  for (int t = 0; t < a.batch; ++t) {
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int j = 0; j < a.top_k; ++j) {
+      std::uniform_int_distribution<int> d(j, a.experts - 1);
+      std::swap(ids[j], ids[d(rng)]);
+      by_expert[ids[j]].push_back(t);
+    }
+  }
+  Routing r;
+  r.seg.push_back(0);
+  for (int e = 0; e < a.experts; ++e) {
+    for (int t : by_expert[e]) r.row_token.push_back(t);
+    r.seg.push_back(int32_t(r.row_token.size()));
+    if (!by_expert[e].empty()) r.active.push_back(e), ++r.touched;
+  }
+  r.active.resize(std::min(a.experts, a.batch * a.top_k), -1);
+  return r;
+}
+
+// Weight copies so that one pass over them reads at least 256 MB (L2 holds 50).
+int copies_for(double touched_bytes) { return std::clamp(int(256e6 / std::max(touched_bytes, 1.0)) + 1, 2, 8); }
+
+template <class F>
+double mean_seconds(int reps, int copies, F&& layer) {
+  for (int c = 0; c < copies; ++c) layer(c);  // warm-up
+  cudaEvent_t e0, e1;
+  OSPREY_CUDA_CHECK(cudaEventCreate(&e0));
+  OSPREY_CUDA_CHECK(cudaEventCreate(&e1));
+  OSPREY_CUDA_CHECK(cudaEventRecord(e0));
+  for (int r = 0; r < reps; ++r)
+    for (int c = 0; c < copies; ++c) layer(c);
+  OSPREY_CUDA_CHECK(cudaEventRecord(e1));
+  OSPREY_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  OSPREY_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  OSPREY_CUDA_CHECK(cudaEventDestroy(e0));
+  OSPREY_CUDA_CHECK(cudaEventDestroy(e1));
+  return ms / 1e3 / (double(reps) * copies);
+}
+
+int rows_per_expert(const MoeGemmShape& a) {  // as the model's hint: twice the mean, at most every token
+  return std::min(fp8::round4(a.batch), 2 * ((a.batch * a.top_k + a.experts - 1) / a.experts));
+}
+
+}  // namespace
+
+MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& a, int reps) {
+  using bf16 = cuda::bf16;
+  const int E = a.experts, H = a.hidden, I = a.intermediate, P = a.batch * a.top_k;
+  const Routing r = route(a);
+  const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
+  const double touched = double(r.touched) * double(up_bytes + down_bytes);
+  const int copies = copies_for(touched);
+  DeviceArray<uint8_t> up(up_bytes * E * copies), down(down_bytes * E * copies);
+  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(up.ptr, up.n, 1);
+  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(down.ptr, down.n, 2);
+  DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(b1.ptr, b1.n, 3);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(b2.ptr, b2.n, 4);
+  const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I);
+  DeviceArray<bf16> x(size_t(a.batch) * Hp), ab(size_t(P) * Ip);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(x.ptr, x.n, 5);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(ab.ptr, ab.n, 6);
+  DeviceArray<float> t1(size_t(P) * 2 * I), y(size_t(P) * H);
+  DeviceArray<int32_t> seg = cuda::upload(r.seg.data(), r.seg.size()), active = cuda::upload(r.active.data(), r.active.size());
+  DeviceArray<int32_t> row_token = cuda::upload(r.row_token.data(), r.row_token.size());
+  cuda::ExpertRows rows{.seg = seg.ptr, .active = active.ptr, .active_max = int(r.active.size()), .row_live = row_token.ptr,
+                        .x_rows = row_token.ptr, .rows = P, .rows_per_expert = rows_per_expert(a)};
+  cuda::ExpertRows second = rows;
+  second.x_rows = nullptr;
+  const double s = mean_seconds(reps, copies, [&](int c) {
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H}, x.ptr, rows, t1.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I}, ab.ptr, second, y.ptr,
+                                               nullptr);
+  });
+  return {s, touched, r.touched};
+}
+
+MoeGemmTiming time_moe_gemm_fp8(const MoeGemmShape& a, int reps) {
+  using bf16 = cuda::bf16;
+  const int E = a.experts, H = a.hidden, I = a.intermediate, P = a.batch * a.top_k;
+  const Routing r = route(a);
+  // Codes [E][N][K], block scales [E][round4(N/128)][round4(K/128)] (the model's layout).
+  const int s1 = fp8::round4(fp8::blocks(H)), s2 = fp8::round4(fp8::blocks(I));
+  const size_t up_codes = size_t(2 * I) * H, down_codes = size_t(H) * I;
+  const size_t up_scales = size_t(fp8::round4(fp8::blocks(2 * I))) * s1, down_scales = size_t(fp8::round4(fp8::blocks(H))) * s2;
+  const double touched = double(r.touched) * double(up_codes + down_codes + 4 * (up_scales + down_scales));
+  const int copies = copies_for(touched);
+  DeviceArray<uint8_t> up(up_codes * E * copies), down(down_codes * E * copies);
+  fill_fp8_codes<<<kFillBlocks, kFillThreads>>>(up.ptr, up.n, 1);
+  fill_fp8_codes<<<kFillBlocks, kFillThreads>>>(down.ptr, down.n, 2);
+  DeviceArray<float> ws1(up_scales * E * copies), ws2(down_scales * E * copies);
+  fill_f32<<<kFillBlocks, kFillThreads>>>(ws1.ptr, ws1.n, 1e-2f);
+  fill_f32<<<kFillBlocks, kFillThreads>>>(ws2.ptr, ws2.n, 1e-2f);
+  DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(b1.ptr, b1.n, 3);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(b2.ptr, b2.n, 4);
+  // Activations: each token's quantized row for the first GEMM, the sorted rows for the second
+  // (both as dense matrices read through x_rows).
+  const int ld1 = fp8::round4(a.batch), ld2 = fp8::round4(P);
+  DeviceArray<uint8_t> xq(size_t(a.batch) * H), aq(size_t(P) * I);
+  fill_fp8_codes<<<kFillBlocks, kFillThreads>>>(xq.ptr, xq.n, 5);
+  fill_fp8_codes<<<kFillBlocks, kFillThreads>>>(aq.ptr, aq.n, 6);
+  DeviceArray<float> xs(size_t(fp8::blocks(H)) * ld1), as(size_t(fp8::blocks(I)) * ld2);
+  fill_f32<<<kFillBlocks, kFillThreads>>>(xs.ptr, xs.n, 1e-2f);
+  fill_f32<<<kFillBlocks, kFillThreads>>>(as.ptr, as.n, 1e-2f);
+  DeviceArray<float> t1(size_t(P) * 2 * I), y(size_t(P) * H);
+  std::vector<int32_t> identity(P);
+  std::iota(identity.begin(), identity.end(), 0);
+  DeviceArray<int32_t> seg = cuda::upload(r.seg.data(), r.seg.size()), active = cuda::upload(r.active.data(), r.active.size());
+  DeviceArray<int32_t> row_token = cuda::upload(r.row_token.data(), r.row_token.size()), ident = cuda::upload(identity.data(), identity.size());
+  cuda::Fp8ExpertRows first{.seg = seg.ptr, .experts = E, .rows = P, .active = active.ptr, .active_max = int(r.active.size()),
+                            .x_rows = row_token.ptr, .x_ld = ld1};
+  if (a.batch == 1) first.row_live = row_token.ptr, first.rows_max = 1;  // as the model's batch-1 step
+  cuda::Fp8ExpertRows second = first;
+  second.x_rows = ident.ptr, second.x_ld = ld2;
+  const int hint = rows_per_expert(a);
+  const double s = mean_seconds(reps, copies, [&](int c) {
+    cuda::m_grouped_fp8_gemm_contiguous(up.ptr + up_codes * E * c, ws1.ptr + up_scales * E * c, s1, b1.ptr, xq.ptr, xs.ptr,
+                                        first, t1.ptr, 2 * I, H, hint, nullptr);
+    cuda::m_grouped_fp8_gemm_contiguous(down.ptr + down_codes * E * c, ws2.ptr + down_scales * E * c, s2, b2.ptr, aq.ptr,
+                                        as.ptr, second, y.ptr, H, I, hint, nullptr);
+  });
+  return {s, touched, r.touched};
+}
+
+}  // namespace osprey
