@@ -20,6 +20,7 @@ c = json.load(open('$M/20b/config.json'))
 for k in ('num_local_experts', 'num_experts'):
     if k in c: c[k] = 128
 c['num_hidden_layers'] = 36
+if 'layer_types' in c: c['layer_types'] = (c['layer_types'] * 2)[:36]
 json.dump(c, open('$M/120b_shape/config.json', 'w'))"
 MOE=${MOE_BATCHES:-1,4,8,16,32,64,128}
 for shape in 20b 120b_shape; do

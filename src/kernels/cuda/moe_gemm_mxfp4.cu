@@ -18,14 +18,15 @@ namespace osprey::cuda {
 
 namespace {
 
-// Ring depths: the most stages that keep two blocks an SM at the 20b and 120b shapes (ks <= 2).
-template <int NT>
-constexpr int decode_stages() { return NT == 1 ? 6 : NT == 2 ? 5 : 4; }
-
-template <int NT>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<NT, PdlSync, decode_stages<NT>()>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+  mxfp4_decode_body<1>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+}
+
+constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    mxfp4_wide_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
+  mxfp4_wide_body<kWideNT, PdlSync, kWideStages>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,8 +248,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int row_tiles = W.N / 16, sms = sm_count();
   const int ks = mxfp4_k_splits(W.N, W.K, sms);
   constexpr size_t kMaxSmem = 200 * 1024;
-  // Up to 48 rows an expert the decode path (one pass over the weights for up to 32 rows of an
-  // expert, two for more); beyond, 128-row tiles.
+  // Up to 48 rows an expert the decode paths; beyond, 128-row tiles.
   if (rows.rows_per_expert > 48) {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -259,21 +259,21 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y, ks);
     return;
   }
-  // One pass over the weights for up to 8 NT rows an expert: NT from the rows an expert
-  // typically gets, fewer where the splits' activation stages would not fit.
-  int NT = rows.rows_per_expert > 16 ? 4 : rows.rows_per_expert > 8 ? 2 : 1;
-  auto smem_of = [&](int nt) { return mxfp4_decode_smem(nt, ks, nt == 1 ? decode_stages<1>() : nt == 2 ? decode_stages<2>() : decode_stages<4>()); };
-  while (NT > 1 && (!decode_fits(NT, ks) || smem_of(NT) > kMaxSmem)) NT /= 2;
-  const size_t smem = smem_of(NT);
-  if (!decode_fits(NT, ks) || smem > kMaxSmem)
-    fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: " + std::to_string(ks) + " K splits do not fit the decode ring");
+  // More than 16 rows an expert typically (twice the mean): the wide path, one pass over the
+  // weights for up to 32 rows (20b batch 128: 1.79x the row path's time in its four passes, docs/PERF.md).
+  // Fewer: the row path, 8 rows a pass (20b batch 64, its experts' 8 rows on average in one or two
+  // passes: 1.07x the wide path's single pass of 16).
+  const bool wide = rows.rows_per_expert > 16 && wide_fits(kWideNT, ks) &&
+                    mxfp4_wide_smem(kWideNT, ks, kWideStages) <= kMaxSmem;
+  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K);
+  if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>, mxfp4_decode_kernel<4>})
+    for (auto k : {mxfp4_decode_kernel, mxfp4_wide_kernel})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
   const int segments = rows.active ? rows.active_max : W.experts;
-  auto kernel = NT == 1 ? mxfp4_decode_kernel<1> : NT == 2 ? mxfp4_decode_kernel<2> : mxfp4_decode_kernel<4>;
+  auto kernel = wide ? mxfp4_wide_kernel : mxfp4_decode_kernel;
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);

@@ -23,9 +23,11 @@ __device__ inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
 // Nibbles j and j + 4 of a word of packed E2M1 codes as a BF16 pair worth (value * 2^-126): the
 // nibble's sign lands on bit 15 and its exponent and mantissa bits on 8..6, so exponent field e
 // and mantissa m read 2^(e - 127) (1 + m/2), and the subnormal code 1 reads 2^-127.
+// Both shifts start from the word (the magnitude's is a left shift for j < 2, which the compiler
+// issues on the FMA pipe), so a pair costs two logic operations on the integer pipe, not three.
 __device__ inline uint32_t e2m1_pair_bits(uint32_t word, int j) {
-  const uint32_t x = word << (12 - 4 * j);
-  return (x & 0x80008000u) | ((x & 0x70007000u) >> 6);
+  const uint32_t x = word << (12 - 4 * j), y = j < 2 ? word << (6 - 4 * j) : word >> (4 * j - 6);
+  return (x & 0x80008000u) | (y & 0x01C001C0u);
 }
 
 // 2^(S - 1) as BF16 factors (a pair each): a = 2^(min(S, 128) - 1); b = 2^(S - 128) for S > 128
@@ -52,32 +54,90 @@ __device__ inline void decode_group(const uint4& v, const E8m0Factors& f, bool a
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode: 16 weight rows per warp on the M side, up to R = 8 NT rows (tokens) per pass on the N
-// side, K split over ks warps of a block (partial sums added in a fixed order through shared
-// memory). A block's warps stream their weight tiles and the pass's activations together through
-// one ring of kStages stages: stage i holds each warp's tile of its i-th K block and, for each
-// split, the R rows' 128 activation columns of that split's i-th K block (16-byte pieces
-// XOR-swizzled by row parity, so a warp's loads are free of bank conflicts). The weights are
-// decoded once a pass for all of its rows, and the shared memory does not grow with K: with two
-// blocks an SM, up to 32 rows a pass stream in one pass over the weights. blk.y: the active expert.
-constexpr int kActChunkBytes = kBlk * 2;  // one row's 128 activation columns, BF16
-__host__ __device__ inline int decode_stage_bytes(int NT, int ks) {
-  return kWarps * kMxfp4TileBytes + ks * 8 * NT * kActChunkBytes;
-}
-__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int ks, int stages) {
-  return size_t(stages) * decode_stage_bytes(NT, ks);
-}
-// The activation pieces a thread copies a stage: ks * R * 16 of them over the block's threads.
-constexpr int kDecodeMaxPieces = 4;
-__host__ __device__ constexpr bool decode_fits(int NT, int ks) { return ks * 8 * NT * 16 <= kDecodeMaxPieces * kWarps * 32; }
+// Decode paths: 16 weight rows per warp on the M side, 8 NT rows (tokens) a pass on the N side, K
+// split over ks warps of a block (partial sums added in a fixed order through shared memory).
+// Both paths run the same MMAs in the same order on every accumulator, so they give the same bits.
 
-template <int NT, class Sync, int kStages>
+// One K block of a warp's 16 weight rows against the pass's row groups t < NT with t * 8 < nrows:
+// word u of the two 16-byte groups (rows g and g + 8) decoded to BF16 pairs, then MMA steps 2u and
+// 2u + 1. b(t, u): the row group's 16 activation bytes for word u (uint4).
+template <int NT, class LoadB>
+__device__ inline void mxfp4_kb_mma(const uint4& lo, const uint4& hi, const E8m0Factors& flo, const E8m0Factors& fhi,
+                                    bool any_big, int nrows, float (&acc)[NT][4], const LoadB& b) {
+  const uint32_t wlo[4] = {lo.x, lo.y, lo.z, lo.w}, whi[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    uint32_t alo[4], ahi[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      alo[j] = mul_bf16x2(e2m1_pair_bits(wlo[u], j), flo.a);
+      ahi[j] = mul_bf16x2(e2m1_pair_bits(whi[u], j), fhi.a);
+      if (any_big) {
+        if (flo.big) alo[j] = mul_bf16x2(alo[j], flo.b);
+        if (fhi.big) ahi[j] = mul_bf16x2(ahi[j], fhi.b);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t * 8 >= nrows) break;  // uniform: the pass's rows end
+      const uint4 v = b(t, u);
+      mma_bf16_16816(acc[t], alo[0], ahi[0], alo[1], ahi[1], v.x, v.y);
+      mma_bf16_16816(acc[t], alo[2], ahi[2], alo[3], ahi[3], v.z, v.w);
+    }
+  }
+}
+
+// A pass's outputs: rows base + 8t + 2c + (i & 1) < s1 of weight rows n0 + g (+ 8); with ks > 1 the
+// splits' sums added in split order through red [kWarps][NT][4][32] (shared, free when called).
+template <int NT>
+__device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int base, int s1, int n0, int N, float* y,
+                                        float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, split = warp % ks;
+  auto store = [&](int t, int i, float v) {
+    const int r = base + t * 8 + 2 * c + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+    if (r < s1 && n < N) y[size_t(r) * N + n] = v;
+  };
+  if (ks == 1) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) store(t, i, acc[t][i]);
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
+  __syncthreads();
+  if (split == 0)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v = red[((warp * NT + t) * 4 + i) * 32 + lane];
+        for (int w = 1; w < ks; ++w) v += red[(((warp + w) * NT + t) * 4 + i) * 32 + lane];
+        store(t, i, v);
+      }
+}
+
+// The row path, up to 8 rows a pass (NT = 1): each warp streams its rows' codes and scales
+// through a ring of its own (kStages, a power of two: the slot is a mask), so no warp waits for
+// another's loads; the pass's activation rows are staged whole, once per block. Experts with more
+// rows take more passes, the later ones mostly from L2.
+__host__ __device__ constexpr int decode_stages(int) { return 4; }
+__host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
+__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int stages = decode_stages(1)) {
+  return size_t(8 * NT) * x_stride_bytes(K) + size_t(kWarps) * stages * kMxfp4TileBytes;
+}
+
+template <int NT, class Sync, int kStages = decode_stages(NT)>
 __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                          int ks, VBlock blk, const Sync& sync) {
-  static_assert(kStages >= 2, "a ring of at least two stages");
-  constexpr int R = 8 * NT, kThreads = kWarps * 32;
+  static_assert((kStages & (kStages - 1)) == 0, "the ring's slot is a mask");
+  constexpr int R = 8 * NT;
+  __shared__ float red[kWarps * NT * 4 * 32];
   extern __shared__ __align__(16) uint8_t smem[];
-  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
+  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, xs = x_stride_bytes(K);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
   sync.wait();  // the expert list, the offsets and the activations come from the kernels before
@@ -90,9 +150,99 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   const int n0 = (blk.x * tiles_per_block + tile) * 16;
   const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
   const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
-  const int stage_bytes = decode_stage_bytes(NT, ks), w_bytes = kWarps * kMxfp4TileBytes;
-  const unsigned smem_s = unsigned(__cvta_generic_to_shared(smem));
   // This warp's tiles, one per K block: one contiguous kilobyte each, copied as they lie.
+  const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
+  uint8_t* stage = smem;
+  uint8_t* ring = smem + size_t(R) * xs + size_t(warp) * kStages * kMxfp4TileBytes;
+  const unsigned ring_s = unsigned(__cvta_generic_to_shared(ring)) + lane * 16;
+  const uint8_t* wl = Wt + lane * 16;
+  auto issue = [&](int kb) {  // block kb into its slot; always one commit group
+    if (live && kb < kb1) {
+      const unsigned d = ring_s + ((kb - kb0) & (kStages - 1)) * kMxfp4TileBytes;
+      const uint8_t* src = wl + size_t(kb) * kMxfp4TileBytes;
+      cp_async16_shared(d, src);
+      cp_async16_shared(d + 512, src + 512);
+      if (lane < 4) cp_async16_shared(d + 1024, src + 1024);
+    }
+    cp_async_commit();
+  };
+  const bf16* be = W.bias ? W.bias + size_t(e) * N : nullptr;
+  const float b_lo = (split == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
+  const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
+  const int pieces = mxfp4_act_cols(K) / 8;  // 16-byte pieces of an activation row
+  for (int base = s0; base < s1; base += R) {
+    for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);
+    for (int i = threadIdx.x; i < R * pieces; i += blockDim.x) {
+      const int rl = i / pieces, p = i % pieces, r = base + rl;
+      const int src = r < s1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
+      const uint4 v = src >= 0 ? __ldcg(reinterpret_cast<const uint4*>(x + size_t(src) * pieces * 8) + p)
+                               : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(stage + size_t(rl) * xs + p * 16) = v;
+    }
+    __syncthreads();
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = b_lo, acc[t][2] = acc[t][3] = b_hi;
+    if (live)
+#pragma unroll 2
+      for (int kb = kb0; kb < kb1; ++kb) {
+        __syncwarp();  // every lane is done with the slot the next issue overwrites
+        issue(kb + kStages - 1);
+        cp_async_wait<kStages - 1>();
+        __syncwarp();  // lanes 0-3's scale words are visible to the warp
+        const uint8_t* src = ring + ((kb - kb0) & (kStages - 1)) * kMxfp4TileBytes;
+        const uint4 lo = *reinterpret_cast<const uint4*>(src + lane * 16);
+        const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
+        const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
+        const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
+        const uint8_t* xr = stage + size_t(g) * xs + size_t(kb) * 256 + c * 16;
+        mxfp4_kb_mma<NT>(lo, hi, flo, fhi, any_big, R, acc, [&](int t, int u) {
+          return *reinterpret_cast<const uint4*>(xr + size_t(t * 8) * xs + u * 64);
+        });
+      }
+    mxfp4_store_pass<NT>(acc, ks, base, s1, n0, N, y, red);
+    cp_async_wait<0>();
+    __syncthreads();  // the stage, red and the rings are reused by the next pass
+  }
+}
+
+// The wide path, up to 8 NT rows a pass (NT = 4 for rows that the row path would take in several
+// passes): one ring of kStages stages for the whole block. Stage i holds each warp's weight tile
+// of its i-th K block and, for each split, the pass's rows' 128 activation columns of that
+// split's i-th K block (16-byte pieces XOR-swizzled by row parity: a warp's loads are free of bank
+// conflicts), so the shared memory does not grow with K and two blocks an SM stream 32 rows in one
+// pass over the weights. The price is a block barrier a K block: measured slower than the row
+// path where that one takes a single pass (docs/PERF.md).
+constexpr int kActChunkBytes = kBlk * 2;  // one row's 128 activation columns, BF16
+__host__ __device__ inline int wide_stage_bytes(int NT, int ks) {
+  return kWarps * kMxfp4TileBytes + ks * 8 * NT * kActChunkBytes;
+}
+__host__ __device__ inline size_t mxfp4_wide_smem(int NT, int ks, int stages) { return size_t(stages) * wide_stage_bytes(NT, ks); }
+// The activation pieces a thread copies a stage: ks * 8 NT * 16 of them over the block's threads.
+constexpr int kWideMaxPieces = 4;
+__host__ __device__ constexpr bool wide_fits(int NT, int ks) { return ks * 8 * NT * 16 <= kWideMaxPieces * kWarps * 32; }
+
+template <int NT, class Sync, int kStages>
+__device__ inline void mxfp4_wide_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
+                                       int ks, VBlock blk, const Sync& sync) {
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  constexpr int R = 8 * NT, kThreads = kWarps * 32;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
+  sync.wait();
+  sync.release();
+  const int e = rows.active ? __ldcg(rows.active + blk.y) : blk.y;
+  if (e < 0) return;
+  const int s0 = __ldcg(rows.seg + e), s_end = __ldcg(rows.seg + e + 1);
+  const int s1 = rows.row_live ? s0 + live_rows(rows.row_live, s0, s_end) : s_end;
+  if (s1 <= s0) return;
+  const int n0 = (blk.x * tiles_per_block + tile) * 16;
+  const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
+  const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
+  const int stage_bytes = wide_stage_bytes(NT, ks), w_bytes = kWarps * kMxfp4TileBytes;
+  const unsigned smem_s = unsigned(__cvta_generic_to_shared(smem));
   const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
   const uint8_t* wl = Wt + lane * 16;
   const unsigned w_slot = smem_s + warp * kMxfp4TileBytes + lane * 16;
@@ -102,18 +252,18 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   const int act_pieces = ks * R * 16;
   for (int base = s0; base < s1; base += R) {
     const int nrows = min(R, s1 - base);
-    // This thread's activation pieces j = tid + kThreads q: split s, row r, piece p; the source
-    // row (-1: zeros, -2: none to copy) and the split's first K block.
-    int src_row[kDecodeMaxPieces], kb_first[kDecodeMaxPieces], kb_last[kDecodeMaxPieces];
-    unsigned dst_off[kDecodeMaxPieces];
+    // This thread's activation pieces j = tid + kThreads q (split s, row r, piece p): the source
+    // piece of K block 0 (-1: zeros, -2: nothing to copy) and the split's K blocks.
+    int src_piece[kWideMaxPieces], kb_first[kWideMaxPieces], kb_last[kWideMaxPieces];
+    unsigned dst_off[kWideMaxPieces];
 #pragma unroll
-    for (int q = 0; q < kDecodeMaxPieces; ++q) {
+    for (int q = 0; q < kWideMaxPieces; ++q) {
       const int j = int(threadIdx.x) + kThreads * q, p = j & 15, r = (j >> 4) % R, s = (j >> 4) / R;
-      src_row[q] = -2;
-      if (j < act_pieces && r < nrows) src_row[q] = rows.x_rows ? __ldcg(rows.x_rows + base + r) : base + r;
+      int src = -2;
+      if (j < act_pieces && r < nrows) src = rows.x_rows ? __ldcg(rows.x_rows + base + r) : base + r;
+      src_piece[q] = src >= 0 ? src * (Kp / 8) + p : src;
       kb_first[q] = min(KB, s * per_split), kb_last[q] = min(KB, kb_first[q] + per_split);
       dst_off[q] = unsigned(w_bytes + (s * R + r) * kActChunkBytes + ((p ^ ((r & 1) << 2)) * 16));
-      if (src_row[q] >= 0) src_row[q] = src_row[q] * (Kp / 8) + p;  // in 16-byte pieces of x
     }
     auto issue = [&](int i) {  // stage i of the pass into slot i % kStages; always one commit group
       const unsigned st = smem_s + unsigned((i % kStages) * stage_bytes);
@@ -125,12 +275,12 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
         if (lane < 4) cp_async16_shared(d + 1024, src + 1024);
       }
 #pragma unroll
-      for (int q = 0; q < kDecodeMaxPieces; ++q) {
+      for (int q = 0; q < kWideMaxPieces; ++q) {
         const int kb = kb_first[q] + i;
-        if (src_row[q] > -2 && kb < kb_last[q]) {
-          const uint4* src = reinterpret_cast<const uint4*>(x) + (src_row[q] >= 0 ? size_t(src_row[q]) + size_t(kb) * 16 : 0);
+        if (src_piece[q] > -2 && kb < kb_last[q]) {
+          const uint4* src = reinterpret_cast<const uint4*>(x) + (src_piece[q] >= 0 ? size_t(src_piece[q]) + size_t(kb) * 16 : 0);
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(st + dst_off[q]), "l"(src),
-                       "r"(src_row[q] >= 0 ? 16 : 0)
+                       "r"(src_piece[q] >= 0 ? 16 : 0)
                        : "memory");
         }
       }
@@ -153,58 +303,15 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
         const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
         const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
         const uint8_t* act = st + w_bytes + split * R * kActChunkBytes;
-        const uint32_t wlo[4] = {lo.x, lo.y, lo.z, lo.w}, whi[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {  // word u of each group: MMA steps 2u and 2u + 1
-          uint32_t alo[4], ahi[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            alo[j] = mul_bf16x2(e2m1_pair_bits(wlo[u], j), flo.a);
-            ahi[j] = mul_bf16x2(e2m1_pair_bits(whi[u], j), fhi.a);
-            if (any_big) {
-              if (flo.big) alo[j] = mul_bf16x2(alo[j], flo.b);
-              if (fhi.big) ahi[j] = mul_bf16x2(ahi[j], fhi.b);
-            }
-          }
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            if (t * 8 >= nrows) break;  // uniform: the pass's rows end
-            const int row = t * 8 + g;
-            const uint4 b = *reinterpret_cast<const uint4*>(act + row * kActChunkBytes + (((4 * u + c) ^ ((row & 1) << 2)) * 16));
-            mma_bf16_16816(acc[t], alo[0], ahi[0], alo[1], ahi[1], b.x, b.y);
-            mma_bf16_16816(acc[t], alo[2], ahi[2], alo[3], ahi[3], b.z, b.w);
-          }
-        }
+        mxfp4_kb_mma<NT>(lo, hi, flo, fhi, any_big, nrows, acc, [&](int t, int u) {
+          const int row = t * 8 + g;
+          return *reinterpret_cast<const uint4*>(act + row * kActChunkBytes + (((4 * u + c) ^ ((row & 1) << 2)) * 16));
+        });
       }
     }
     cp_async_wait<0>();
     __syncthreads();  // the ring is free: the split reduction uses it
-    auto store = [&](int t, int i, float v) {
-      const int r = base + t * 8 + 2 * c + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-      if (r < s1 && n < N) y[size_t(r) * N + n] = v;
-    };
-    if (ks == 1) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) store(t, i, acc[t][i]);
-    } else {
-      float* red = reinterpret_cast<float*>(smem);  // [kWarps][NT][4][32]
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
-      __syncthreads();
-      if (split == 0)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float v = red[((warp * NT + t) * 4 + i) * 32 + lane];
-            for (int w = 1; w < ks; ++w) v += red[(((warp + w) * NT + t) * 4 + i) * 32 + lane];
-            store(t, i, v);
-          }
-    }
+    mxfp4_store_pass<NT>(acc, ks, base, s1, n0, N, y, reinterpret_cast<float*>(smem));
     __syncthreads();  // the ring is reused by the next pass
   }
 }
