@@ -4,7 +4,8 @@
 # layer alone, MXFP4 and FP8 experts in the same run) at the 20b shape and at the 120b shape (its
 # config only: the 20b's with 128 experts and 36 layers), then, with DECODE_ARGS, `bench` decode
 # points of the 20b for each --weights in WEIGHTS (default mxfp4 fp8) with this build and, with
-# BASE_BIN, another build's osprey, in this call. Logs to $OUT.
+# BASE_BIN, another build's osprey, in this call; BASE_MOE (an osprey) times the MoE GEMMs of
+# another build as well. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -28,8 +29,8 @@ for shape in 20b 120b_shape; do
   $B bench --backend cuda --model $M/$shape --prefill-lens "" --batches "" --moe-batches $MOE --steps 32 \
     > $OUT/moe_$shape.log 2>&1
   grep -E "^\| [0-9]|rror" $OUT/moe_$shape.log
-  if [ -n "${BASE_MOE:-}" ] && [ -n "${BASE_BIN:-}" ]; then
-    $BASE_BIN bench --backend cuda --model $M/$shape --prefill-lens "" --batches "" --moe-batches $MOE --steps 32 \
+  if [ -n "${BASE_MOE:-}" ]; then
+    $BASE_MOE bench --backend cuda --model $M/$shape --prefill-lens "" --batches "" --moe-batches $MOE --steps 32 \
       > $OUT/moe_base_$shape.log 2>&1
     echo "-- base"; grep -E "^\| [0-9]|rror" $OUT/moe_base_$shape.log
   fi

@@ -353,7 +353,7 @@ void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, c
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
-  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, persistent_ring(blocks_per_sm_))),
+  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, ks, 1, persistent_ring(blocks_per_sm_))),
                           Mxfp4Args{W, x, rows, y, ks}), name);
 }
 

@@ -18,9 +18,13 @@ namespace osprey::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kWarps * 32, 2)
+// The row path: 8 rows a pass at three blocks an SM, or 16 at two; the activations staged in two
+// chunks of K either way.
+constexpr int kRowChunks = 2;
+template <int NT>
+__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<1>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+  mxfp4_decode_body<NT, PdlSync, decode_stages(NT), kRowChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
@@ -260,20 +264,20 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     return;
   }
   // More than 16 rows an expert typically (twice the mean): the wide path, one pass over the
-  // weights for up to 32 rows (20b batch 128: 1.79x the row path's time in its four passes, docs/PERF.md).
-  // Fewer: the row path, 8 rows a pass (20b batch 64, its experts' 8 rows on average in one or two
-  // passes: 1.07x the wide path's single pass of 16).
+  // weights for up to 32 rows (20b batch 128: 1.81x the row path's speed in its passes of 16;
+  // docs/PERF.md). Fewer: the row path, 8 rows a pass up to 8 rows an expert, 16 beyond.
   const bool wide = rows.rows_per_expert > 16 && wide_fits(kWideNT, ks) &&
                     mxfp4_wide_smem(kWideNT, ks, kWideStages) <= kMaxSmem;
-  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K);
+  const int NT = rows.rows_per_expert > 8 ? 2 : 1;
+  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(NT, W.K, ks, kRowChunks);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto k : {mxfp4_decode_kernel, mxfp4_wide_kernel})
+    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>, mxfp4_wide_kernel})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
   const int segments = rows.active ? rows.active_max : W.experts;
-  auto kernel = wide ? mxfp4_wide_kernel : mxfp4_decode_kernel;
+  auto kernel = wide ? mxfp4_wide_kernel : NT == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>;
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);

@@ -120,24 +120,34 @@ __device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int b
       }
 }
 
-// The row path, up to 8 rows a pass (NT = 1): each warp streams its rows' codes and scales
-// through a ring of its own (kStages, a power of two: the slot is a mask), so no warp waits for
-// another's loads; the pass's activation rows are staged whole, once per block. Experts with more
-// rows take more passes, the later ones mostly from L2.
+// The row path, 8 NT rows a pass: each warp streams its rows' codes and scales through a ring of
+// its own (kStages, a power of two: the slot is a mask), so no warp waits for another's loads. The
+// pass's activation rows are staged by the block in kChunks chunks of each split's K blocks (a
+// block barrier between chunks): with two chunks the stage takes half the shared memory, and
+// three blocks an SM fit at 8 rows (two at 16). Experts with more rows take more passes, the later
+// ones mostly from L2.
 __host__ __device__ constexpr int decode_stages(int) { return 4; }
-__host__ __device__ inline int x_stride_bytes(int K) { return mxfp4_act_cols(K) * 2 + 64; }
-__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int stages = decode_stages(1)) {
-  return size_t(8 * NT) * x_stride_bytes(K) + size_t(kWarps) * stages * kMxfp4TileBytes;
+// K blocks of a chunk, and the byte stride of a staged chunk row (64 past a multiple of 128: a
+// warp's 16-byte loads are free of bank conflicts).
+__host__ __device__ inline int decode_chunk_blocks(int K, int ks, int chunks) {
+  const int KB = mxfp4_act_cols(K) / kBlk, per_split = (KB + ks - 1) / ks;
+  return (per_split + chunks - 1) / chunks;
+}
+__host__ __device__ inline int decode_chunk_stride(int K, int ks, int chunks) {
+  return decode_chunk_blocks(K, ks, chunks) * kBlk * 2 + 64;
+}
+__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int ks, int chunks, int stages = decode_stages(1)) {
+  return size_t(ks) * 8 * NT * decode_chunk_stride(K, ks, chunks) + size_t(kWarps) * stages * kMxfp4TileBytes;
 }
 
-template <int NT, class Sync, int kStages = decode_stages(NT)>
+template <int NT, class Sync, int kStages = decode_stages(NT), int kChunks = 1>
 __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                          int ks, VBlock blk, const Sync& sync) {
   static_assert((kStages & (kStages - 1)) == 0, "the ring's slot is a mask");
   constexpr int R = 8 * NT;
   __shared__ float red[kWarps * NT * 4 * 32];
   extern __shared__ __align__(16) uint8_t smem[];
-  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, xs = x_stride_bytes(K);
+  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
   sync.wait();  // the expert list, the offsets and the activations come from the kernels before
@@ -149,11 +159,12 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   if (s1 <= s0) return;
   const int n0 = (blk.x * tiles_per_block + tile) * 16;
   const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
+  const int L = decode_chunk_blocks(K, ks, kChunks), xs = decode_chunk_stride(K, ks, kChunks);
   const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
   // This warp's tiles, one per K block: one contiguous kilobyte each, copied as they lie.
   const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
-  uint8_t* stage = smem;
-  uint8_t* ring = smem + size_t(R) * xs + size_t(warp) * kStages * kMxfp4TileBytes;
+  uint8_t* stage = smem;  // [ks][R][xs]: each split's chunk of the pass's rows
+  uint8_t* ring = smem + size_t(ks) * R * xs + size_t(warp) * kStages * kMxfp4TileBytes;
   const unsigned ring_s = unsigned(__cvta_generic_to_shared(ring)) + lane * 16;
   const uint8_t* wl = Wt + lane * 16;
   auto issue = [&](int kb) {  // block kb into its slot; always one commit group
@@ -169,37 +180,42 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   const bf16* be = W.bias ? W.bias + size_t(e) * N : nullptr;
   const float b_lo = (split == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
   const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
-  const int pieces = mxfp4_act_cols(K) / 8;  // 16-byte pieces of an activation row
+  const int pieces = L * 16;  // 16-byte pieces of a staged chunk row
   for (int base = s0; base < s1; base += R) {
     for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);
-    for (int i = threadIdx.x; i < R * pieces; i += blockDim.x) {
-      const int rl = i / pieces, p = i % pieces, r = base + rl;
-      const int src = r < s1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
-      const uint4 v = src >= 0 ? __ldcg(reinterpret_cast<const uint4*>(x + size_t(src) * pieces * 8) + p)
-                               : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(stage + size_t(rl) * xs + p * 16) = v;
-    }
-    __syncthreads();
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = b_lo, acc[t][2] = acc[t][3] = b_hi;
-    if (live)
-#pragma unroll 2
-      for (int kb = kb0; kb < kb1; ++kb) {
-        __syncwarp();  // every lane is done with the slot the next issue overwrites
-        issue(kb + kStages - 1);
-        cp_async_wait<kStages - 1>();
-        __syncwarp();  // lanes 0-3's scale words are visible to the warp
-        const uint8_t* src = ring + ((kb - kb0) & (kStages - 1)) * kMxfp4TileBytes;
-        const uint4 lo = *reinterpret_cast<const uint4*>(src + lane * 16);
-        const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
-        const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
-        const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
-        const uint8_t* xr = stage + size_t(g) * xs + size_t(kb) * 256 + c * 16;
-        mxfp4_kb_mma<NT>(lo, hi, flo, fhi, any_big, R, acc, [&](int t, int u) {
-          return *reinterpret_cast<const uint4*>(xr + size_t(t * 8) * xs + u * 64);
-        });
+    for (int q = 0; q < kChunks; ++q) {
+      if (q > 0) __syncthreads();  // every warp is done with the chunk before
+      for (int i = threadIdx.x; i < ks * R * pieces; i += blockDim.x) {
+        const int p = i % pieces, rl = i / pieces % R, s = i / pieces / R;
+        const int sk0 = min(KB, s * per_split), sk1 = min(KB, sk0 + per_split), kb = sk0 + q * L + p / 16, r = base + rl;
+        const int src = r < s1 && kb < sk1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
+        const uint4 v = src >= 0 ? __ldcg(reinterpret_cast<const uint4*>(x + size_t(src) * Kp) + kb * 16 + p % 16)
+                                 : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(stage + (size_t(s) * R + rl) * xs + p * 16) = v;
       }
+      __syncthreads();
+      const int c0 = min(kb1, kb0 + q * L), c1 = min(kb1, c0 + L);
+      if (live)
+#pragma unroll 2
+        for (int kb = c0; kb < c1; ++kb) {
+          __syncwarp();  // every lane is done with the slot the next issue overwrites
+          issue(kb + kStages - 1);
+          cp_async_wait<kStages - 1>();
+          __syncwarp();  // lanes 0-3's scale words are visible to the warp
+          const uint8_t* src = ring + ((kb - kb0) & (kStages - 1)) * kMxfp4TileBytes;
+          const uint4 lo = *reinterpret_cast<const uint4*>(src + lane * 16);
+          const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
+          const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
+          const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
+          const uint8_t* xr = stage + (size_t(split) * R + g) * xs + size_t(kb - c0) * 256 + c * 16;
+          mxfp4_kb_mma<NT>(lo, hi, flo, fhi, any_big, R, acc, [&](int t, int u) {
+            return *reinterpret_cast<const uint4*>(xr + size_t(t * 8) * xs + u * 64);
+          });
+        }
+    }
     mxfp4_store_pass<NT>(acc, ks, base, s1, n0, N, y, red);
     cp_async_wait<0>();
     __syncthreads();  // the stage, red and the rings are reused by the next pass
