@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MoE expert GEMMs on the GPU machine (issue 14's MXFP4 decode path): optionally the CUDA tests
-# (TEST_FILTER; SKIP_TESTS=1 skips them), then `bench --moe-batches` (the two expert GEMMs of one
+# (TEST_FILTER; SKIP_TESTS=1 skips them) and compute-sanitizer on SANITIZE (a gtest filter), then `bench --moe-batches` (the two expert GEMMs of one
 # layer alone, MXFP4 and FP8 experts in the same run) at the 20b shape and at the 120b shape (its
 # config only: the 20b's with 128 experts and 36 layers), then, with DECODE_ARGS, `bench` decode
 # points of the 20b for each --weights in WEIGHTS (default mxfp4 fp8) with this build and, with
@@ -12,6 +12,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== tests"
   $T --gtest_filter="${TEST_FILTER:-*}" 2>&1 | tee $OUT/tests.log |
     grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is|tests ran|rror" | head -60
+fi
+if [ -n "${SANITIZE:-}" ]; then  # compute-sanitizer memcheck and racecheck on these tests (a gtest filter)
+  TEST_FILTER=$SANITIZE timeout ${SANITIZE_S:-240} bash "$(dirname "$0")/device_sanitize.sh"
 fi
 [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 mkdir -p $M/120b_shape

@@ -99,19 +99,22 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   cuda::ExpertRows rows;
   rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
   rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P;
-  rows.rows_per_expert = tiled ? 64 : std::min(16, 2 * T);  // the tiled path past 48
+  // The path: the row path up to 16 rows an expert, the wide path up to 48, the tiled path past.
+  rows.rows_per_expert = tiled ? 64 : std::min(16, 2 * T);
   cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y.p, nullptr);
   const auto got = y.get();
   const auto hpair = pair_row.get(), hrow = row_token.get(), hseg = seg.get();
   EXPECT_EQ(hseg[E] - hseg[E - 1], 0) << "expert E - 1 gets no rows";
   EXPECT_EQ((hseg[1] - hseg[0]) / 4, (T + 3) / 4) << "expert 0 gets every token";
   EXPECT_LT(worst_against_cpu_twin(W, idx, x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
-  // The other path sums in the same order (the same K splits, the same MMA slots): the same bits,
+  // The other paths sum in the same order (the same K splits, the same MMA slots): the same bits,
   // so a row's result does not depend on how many rows its step has.
-  {
+  for (int hint : {16, 32, 64}) {
+    if (hint == rows.rows_per_expert) continue;
+    SCOPED_TRACE("against rows_per_expert " + std::to_string(hint));
     Dev<float> y2(size_t(P) * N);
     cuda::ExpertRows other = rows;
-    other.rows_per_expert = tiled ? 16 : 64;
+    other.rows_per_expert = hint;
     cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), other, y2.p, nullptr);
     const auto got2 = y2.get();
     for (int r = 0; r < hseg[E]; ++r) {

@@ -18,13 +18,12 @@ namespace osprey::cuda {
 
 namespace {
 
-// The row path: 8 rows a pass at three blocks an SM, or 16 at two; the activations staged in two
-// chunks of K either way.
-constexpr int kRowChunks = 2;
-template <int NT>
-__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2)
+// The row path, 8 rows a pass: activations staged in two chunks of K at three blocks an SM, or
+// whole at two where the grid is one wave of two (a batch-1 step: the chunk barrier only costs).
+template <int kChunks>
+__global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<NT, PdlSync, decode_stages(NT), kRowChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+  mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
@@ -264,22 +263,23 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     return;
   }
   // More than 16 rows an expert typically (twice the mean): the wide path, one pass over the
-  // weights for up to 32 rows (20b batch 128: 1.81x the row path's speed in its passes of 16;
-  // docs/PERF.md). Fewer: the row path, 8 rows a pass up to 8 rows an expert, 16 beyond.
+  // weights for up to 32 rows (20b batch 128: 1.83x the row path's speed). Fewer: the row path, 8
+  // rows a pass (20b batch 64: its experts in one or two passes at three blocks an SM measured
+  // faster than one pass of 16 rows at two; docs/PERF.md).
   const bool wide = rows.rows_per_expert > 16 && wide_fits(kWideNT, ks) &&
                     mxfp4_wide_smem(kWideNT, ks, kWideStages) <= kMaxSmem;
-  const int NT = rows.rows_per_expert > 8 ? 2 : 1;
-  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(NT, W.K, ks, kRowChunks);
+  const int segments = rows.active ? rows.active_max : W.experts;
+  const int tiles_per_block = kWarps / ks;
+  const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
+  const int chunks = size_t(grid.x) * grid.y > size_t(2 * sms) ? 2 : 1;
+  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K, ks, chunks);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
     for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>, mxfp4_wide_kernel})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
-  const int segments = rows.active ? rows.active_max : W.experts;
-  auto kernel = wide ? mxfp4_wide_kernel : NT == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>;
-  const int tiles_per_block = kWarps / ks;
-  const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
+  auto kernel = wide ? mxfp4_wide_kernel : chunks == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>;
   launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
 }
 
