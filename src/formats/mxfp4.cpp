@@ -15,7 +15,12 @@ void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, i
           const int grp = 4 * kb + c;
           uint8_t* codes = tile + r * 64 + c * kMxfp4GroupBytes;
           if (grp < G) {
-            std::memcpy(codes, blocks + (n * G + grp) * kMxfp4GroupBytes, kMxfp4GroupBytes);
+            for (int w = 0; w < kMxfp4GroupBytes / 4; ++w) {
+              uint32_t word;
+              std::memcpy(&word, blocks + (n * G + grp) * kMxfp4GroupBytes + 4 * w, 4);
+              word = mxfp4_pack_word(word);
+              std::memcpy(codes + 4 * w, &word, 4);
+            }
             tile[1024 + 4 * r + c] = scales[n * G + grp];
           } else {
             std::memset(codes, 0, kMxfp4GroupBytes);

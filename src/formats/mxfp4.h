@@ -59,12 +59,37 @@ constexpr int mxfp4_act_column(int p) {
   return 128 * (p / 128) + 32 * c + 8 * (w / 4) + w % 4 + 4 * h;
 }
 
+// Inside a tile, each 32-bit word of a group (the checkpoint's nibbles i = 0..7: columns 8m + i of
+// word m; a nibble's bits b = 0..3: mantissa, exponent low, exponent high, sign) has its bits
+// moved to mxfp4_word_bit(i, b), so that the kernels' decode of BF16 pair j (nibbles j and j + 4)
+// takes one mask for j < 3 (the pair sits where a BF16 pair wants it, shifted right by 3j) and
+// three for j = 3 (kernels/cuda/moe_gemm_mxfp4_decode.cuh, e2m1_pair_bits): the decode's integer
+// work a pair falls from 2.5 operations to 1.5. A permutation of the word's bits: nothing is lost.
+constexpr int mxfp4_word_bit(int i, int b) {
+  constexpr int kBit[8][4] = {{6, 7, 8, 15},     {3, 4, 5, 12},     {0, 1, 2, 9},      {13, 10, 11, 14},
+                              {22, 23, 24, 31},  {19, 20, 21, 28},  {16, 17, 18, 25},  {29, 26, 27, 30}};
+  return kBit[i][b];
+}
+constexpr uint32_t mxfp4_pack_word(uint32_t w) {
+  uint32_t p = 0;
+  for (int i = 0; i < 8; ++i)
+    for (int b = 0; b < 4; ++b) p |= ((w >> (4 * i + b)) & 1u) << mxfp4_word_bit(i, b);
+  return p;
+}
+constexpr uint32_t mxfp4_unpack_word(uint32_t p) {
+  uint32_t w = 0;
+  for (int i = 0; i < 8; ++i)
+    for (int b = 0; b < 4; ++b) w |= ((p >> mxfp4_word_bit(i, b)) & 1u) << (4 * i + b);
+  return w;
+}
+
 // One expert's weights re-laid out for the MXFP4 GEMMs' streaming loads: tiles [N/16][KB][1088 B]
 // (KB = round128(K) / 128), tile (t, kb) holding rows 16t .. 16t + 15 over columns 128 kb ..
 // 128 kb + 127: each row's four 16-byte groups of E2M1 codes at r * 64 (zero past K), then the
 // sixteen rows' four E8M0 scales at 1024 + 4 r (127, 2^0, past K). A decode warp streams one tile
 // per step as one contiguous kilobyte (64-byte pieces of 16 rows, the checkpoint's own layout,
-// left HBM at a quarter of its bandwidth). The codes and scales are the checkpoint's, moved.
+// left HBM at a quarter of its bandwidth). The codes (each word's bits packed: mxfp4_pack_word) and
+// scales are the checkpoint's, moved.
 constexpr int kMxfp4TileRows = 16, kMxfp4TileBytes = 16 * 64 + 16 * 4;
 constexpr size_t mxfp4_tiles_bytes(int N, int K) {
   return size_t(N / kMxfp4TileRows) * (mxfp4_act_cols(K) / kMxfp4ActBlock) * kMxfp4TileBytes;

@@ -385,10 +385,38 @@ TEST(Mxfp4Layout, PositionsArePermutationsAndWeightTiles) {
     for (int g = 0; g < 8; ++g) {  // groups 5..7 are padding
       const uint8_t* tile = &tiles[(size_t(n / 16) * 2 + g / 4) * kMxfp4TileBytes];
       const int r = n % 16, c = g % 4;
-      for (int b = 0; b < 16; ++b)
-        ASSERT_EQ(tile[r * 64 + c * 16 + b], g < 5 ? blocks[size_t(n) * 80 + g * 16 + b] : 0) << n << " " << g;
+      for (int w = 0; w < 4; ++w) {  // each word's bits packed for the decode
+        uint32_t got, want = 0;
+        std::memcpy(&got, &tile[r * 64 + c * 16 + 4 * w], 4);
+        if (g < 5) std::memcpy(&want, &blocks[size_t(n) * 80 + g * 16 + 4 * w], 4);
+        ASSERT_EQ(got, mxfp4_pack_word(want)) << n << " " << g;
+        ASSERT_EQ(mxfp4_unpack_word(got), want) << n << " " << g;
+      }
       ASSERT_EQ(tile[1024 + r * 4 + c], g < 5 ? scales[size_t(n) * 5 + g] : 127);
     }
+}
+
+// The packed word is a permutation of the checkpoint word's bits, and the decode's pair formulas
+// (kernels/cuda/moe_gemm_mxfp4_decode.cuh, restated here on the host) read from it exactly the
+// BF16 pair that the checkpoint's nibbles j and j + 4 give: sign on bit 15, exponent and mantissa
+// on bits 8..6 (and 16 up).
+TEST(Mxfp4Layout, PackedWordsDecodeToTheCheckpointPairs) {
+  auto pair_of_checkpoint = [](uint32_t w, int j) {
+    const uint32_t x = w << (12 - 4 * j);
+    return (x & 0x80008000u) | ((x & 0x70007000u) >> 6);
+  };
+  auto pair_of_packed = [](uint32_t p, int j) {
+    if (j < 3) return (p << (3 * j)) & 0x81C081C0u;
+    return ((p << 1) & 0x80008000u) | ((p >> 3) & 0x01800180u) | ((p >> 7) & 0x00400040u);
+  };
+  uint32_t w = 0x12345678u;
+  for (int i = 0; i < 100000; ++i) {
+    w = w * 1664525u + 1013904223u;
+    const uint32_t p = mxfp4_pack_word(w);
+    ASSERT_EQ(mxfp4_unpack_word(p), w);
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(pair_of_packed(p, j), pair_of_checkpoint(w, j)) << std::hex << w << " pair " << j;
+  }
+  for (int bit = 0; bit < 32; ++bit) ASSERT_EQ(__builtin_popcount(mxfp4_pack_word(1u << bit)), 1) << bit;
 }
 
 // --weights auto: the FP8 weight bytes it weighs against the card are what the GPU path holds

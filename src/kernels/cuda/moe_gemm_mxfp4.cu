@@ -212,7 +212,8 @@ __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf1
   const int g = int(i % 4), kb = int(i / 4 % KB), n = int(i / 4 / KB % W.N), e = int(i / 4 / KB / W.N);
   if (__ldcg(seg + e + 1) <= __ldcg(seg + e)) return;
   const uint8_t* tile = W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes;
-  const uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
+  uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
+  raw = make_uint4(mxfp4_unpack_word(raw.x), mxfp4_unpack_word(raw.y), mxfp4_unpack_word(raw.z), mxfp4_unpack_word(raw.w));
   const int exp2 = int(tile[1024 + 4 * (n % kMxfp4TileRows) + g]) - 127;  // E8M0: 2^(S - 127)
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&raw);
   bf16* row = out + (size_t(e) * W.N + n) * Kp + size_t(kb) * kBlk;

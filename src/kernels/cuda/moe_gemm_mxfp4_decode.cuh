@@ -20,14 +20,16 @@ __device__ inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
-// Nibbles j and j + 4 of a word of packed E2M1 codes as a BF16 pair worth (value * 2^-126): the
-// nibble's sign lands on bit 15 and its exponent and mantissa bits on 8..6, so exponent field e
-// and mantissa m read 2^(e - 127) (1 + m/2), and the subnormal code 1 reads 2^-127.
-// Both shifts start from the word (the magnitude's is a left shift for j < 2, which the compiler
-// issues on the FMA pipe), so a pair costs two logic operations on the integer pipe, not three.
+// Nibbles j and j + 4 of a word of E2M1 codes (its bits packed at load: formats/mxfp4.h
+// mxfp4_pack_word) as a BF16 pair worth (value * 2^-126): the nibble's sign lands on bit 15 and
+// its exponent and mantissa bits on 8..6, so exponent field e and mantissa m read
+// 2^(e - 127) (1 + m/2), and the subnormal code 1 reads 2^-127. Pairs 0-2 are one shift (a
+// multiply, on the FMA pipe) and one mask; pair 3 takes its sign, exponent and mantissa from three
+// places (the right shifts as high multiplies, also on the FMA pipe).
 __device__ inline uint32_t e2m1_pair_bits(uint32_t word, int j) {
-  const uint32_t x = word << (12 - 4 * j), y = j < 2 ? word << (6 - 4 * j) : word >> (4 * j - 6);
-  return (x & 0x80008000u) | (y & 0x01C001C0u);
+  constexpr uint32_t kPair = 0x81C081C0u;
+  if (j < 3) return (word << (3 * j)) & kPair;
+  return ((word << 1) & 0x80008000u) | (__umulhi(word, 1u << 29) & 0x01800180u) | (__umulhi(word, 1u << 25) & 0x00400040u);
 }
 
 // 2^(S - 1) as BF16 factors (a pair each): a = 2^(min(S, 128) - 1); b = 2^(S - 128) for S > 128
