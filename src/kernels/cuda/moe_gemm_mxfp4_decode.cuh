@@ -184,16 +184,19 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
   const int pieces = L * 16;  // 16-byte pieces of a staged chunk row
   for (int base = s0; base < s1; base += R) {
+    const int nrows = min(R, s1 - base);
     for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = b_lo, acc[t][2] = acc[t][3] = b_hi;
     for (int q = 0; q < kChunks; ++q) {
       if (q > 0) __syncthreads();  // every warp is done with the chunk before
-      for (int i = threadIdx.x; i < ks * R * pieces; i += blockDim.x) {
-        const int p = i % pieces, rl = i / pieces % R, s = i / pieces / R;
+      // Only the pass's rows: an MMA column (a row here) reads only its own activations, so the
+      // columns past them compute from whatever the stage holds and are never stored.
+      for (int i = threadIdx.x; i < ks * nrows * pieces; i += blockDim.x) {
+        const int p = i % pieces, rl = i / pieces % nrows, s = i / pieces / nrows;
         const int sk0 = min(KB, s * per_split), sk1 = min(KB, sk0 + per_split), kb = sk0 + q * L + p / 16, r = base + rl;
-        const int src = r < s1 && kb < sk1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
+        const int src = kb < sk1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
         const uint4 v = src >= 0 ? __ldcg(reinterpret_cast<const uint4*>(x + size_t(src) * Kp) + kb * 16 + p % 16)
                                  : make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(stage + (size_t(s) * R + rl) * xs + p * 16) = v;
