@@ -3,8 +3,10 @@
 // E8M0 power of two is a BF16 value) and multiplied on the tensor cores (mma.sync bf16, fp32
 // accumulators that start from the expert's bias). One launch covers every expert of a layer: the
 // rows are sorted by expert (MoeSorted, fp8.cuh) and each block finds its expert in the device-side
-// offset table, so nothing waits on the host. Decode steps (few rows per expert) stream the weights
-// once per step; prefill chunks run 128x128 output tiles. K = 2880 is 22.5 blocks of 128 columns:
+// offset table, so nothing waits on the host. Decode steps (up to 48 rows an expert) stream the
+// weights: 8 rows a pass through each warp's own ring (the row path), or, past 16 rows an expert,
+// 32 rows a pass through one ring for the block (the wide path); prefill chunks run 128x128
+// output tiles. All three give the same bits. K = 2880 is 22.5 blocks of 128 columns:
 // the last block's missing half is read as zeros (no weight bytes loaded, zero activations).
 // The CPU twin: kernels/cpu f32_mxfp4w_matmul on BF16-rounded inputs (tests/cuda/test_moe_mxfp4.cu).
 #pragma once
