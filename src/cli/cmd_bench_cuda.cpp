@@ -89,7 +89,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   // --prefill-lens "" --batches "" with --moe-batches: the MoE table alone, without the model.
   if (a.prefill_lens.empty() && a.batches.empty()) {
     if (a.moe_batches.empty()) fail("bench: nothing to time (--prefill-lens and --batches are empty, no --moe-batches)");
-    bench_moe_gemms(a, positive(a.moe_batches, "--moe-batches"), GptOssCudaFp8::measure_copy_bandwidth());
+    const std::vector<int32_t> moe_batches = positive(a.moe_batches, "--moe-batches");  // checked before the GPU
+    bench_moe_gemms(a, moe_batches, GptOssCudaFp8::measure_copy_bandwidth());
     return;
   }
   const std::vector<int32_t> prefill_lens = positive(a.prefill_lens, "--prefill-lens"),

@@ -457,12 +457,24 @@ TEST(WeightsCli, RefusedWhereItCannotApply) {
 
 // bench's GPU options are refused with the CPU backend (not silently dropped), before any load.
 TEST(BenchCli, GpuOptionsRefusedOnTheCpu) {
-  for (const std::string opt : {"--kv-blocks 16", "--steps 4", "--prefill-lens 64", "--no-graphs", "--json /tmp/x.json"}) {
+  for (const std::string opt :
+       {"--kv-blocks 16", "--steps 4", "--prefill-lens 64", "--no-graphs", "--json /tmp/x.json", "--moe-batches 1,8"}) {
     auto r = test::run_cli("bench --backend cpu --model /nonexistent/dir " + opt);
     EXPECT_EQ(r.exit_code, 1) << opt;
     const std::string name = opt.substr(0, opt.find(' '));
     EXPECT_NE(r.err.find("bench: " + name + " applies to --backend cuda"), std::string::npos) << r.err;
   }
+}
+
+// `bench --backend cuda --prefill-lens "" --batches ""` times the MoE table alone; without
+// --moe-batches there is nothing to time, said before the GPU or the model is touched.
+TEST(BenchCli, NothingToTimeIsRefused) {
+  auto r = test::run_cli("bench --backend cuda --model /nonexistent/dir --prefill-lens '' --batches ''");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("nothing to time"), std::string::npos) << r.err;
+  auto bad = test::run_cli("bench --backend cuda --model /nonexistent/dir --prefill-lens '' --batches '' --moe-batches 0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--moe-batches"), std::string::npos) << bad.err;
 }
 
 // `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.
