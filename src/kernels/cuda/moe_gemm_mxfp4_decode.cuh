@@ -124,10 +124,10 @@ __device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int b
 
 // The row path, 8 NT rows a pass: each warp streams its rows' codes and scales through a ring of
 // its own (kStages, a power of two: the slot is a mask), so no warp waits for another's loads. The
-// pass's activation rows are staged by the block in kChunks chunks of each split's K blocks (a
-// block barrier between chunks): with two chunks the stage takes half the shared memory, and
-// three blocks an SM fit at 8 rows (two at 16). Experts with more rows take more passes, the later
-// ones mostly from L2.
+// pass's activation rows (only the rows it has) are staged by the block in kChunks chunks of each
+// split's K blocks (a block barrier between chunks): with two chunks the stage takes half the
+// shared memory, and three blocks an SM fit at 8 rows. Experts with more rows take more passes,
+// the later ones mostly from L2.
 __host__ __device__ constexpr int decode_stages(int) { return 4; }
 // K blocks of a chunk, and the byte stride of a staged chunk row (64 past a multiple of 128: a
 // warp's 16-byte loads are free of bank conflicts).
