@@ -122,6 +122,40 @@ __device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int b
       }
 }
 
+// A decode block's warp and what it works on: its expert e and that expert's live rows [s0, s1),
+// its 16 weight rows from n0 (live: any of them exist) and its split's K blocks [kb0, kb1) of
+// per_split, the bias its accumulators start from (split 0 only), and this lane's 16 bytes of the
+// warp's first weight tile. Found after the sync; false (uniform over the block) when the block
+// has nothing to do.
+struct Mxfp4WarpWork {
+  int e, s0, s1, n0, per_split, kb0, kb1;
+  bool live;
+  float b_lo, b_hi;
+  const uint8_t* wl;
+};
+__device__ inline bool mxfp4_warp_work(const Mxfp4ExpertsView& W, const ExpertRows& rows, int ks, VBlock blk,
+                                       Mxfp4WarpWork& w) {
+  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+  const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
+  w.e = rows.active ? __ldcg(rows.active + blk.y) : blk.y;
+  if (w.e < 0) return false;
+  w.s0 = __ldcg(rows.seg + w.e);
+  const int s_end = __ldcg(rows.seg + w.e + 1);
+  w.s1 = rows.row_live ? w.s0 + live_rows(rows.row_live, w.s0, s_end) : s_end;
+  if (w.s1 <= w.s0) return false;
+  w.n0 = (blk.x * tiles_per_block + tile) * 16;
+  w.per_split = (KB + ks - 1) / ks;
+  w.kb0 = min(KB, split * w.per_split), w.kb1 = min(KB, w.kb0 + w.per_split);
+  w.live = w.n0 < N;
+  const bf16* be = W.bias ? W.bias + size_t(w.e) * N : nullptr;
+  w.b_lo = (split == 0 && be && w.n0 + g < N) ? __bfloat162float(be[w.n0 + g]) : 0.0f;
+  w.b_hi = (split == 0 && be && w.n0 + g + 8 < N) ? __bfloat162float(be[w.n0 + g + 8]) : 0.0f;
+  // The warp's tiles, one per K block: one contiguous kilobyte each, copied as they lie.
+  w.wl = W.tiles + mxfp4_tiles_bytes(N, K) * w.e + size_t(w.live ? w.n0 / 16 : 0) * KB * kMxfp4TileBytes + lane * 16;
+  return true;
+}
+
 // The row path, 8 NT rows a pass: each warp streams its rows' codes and scales through a ring of
 // its own (kStages, a power of two: the slot is a mask), so no warp waits for another's loads. The
 // pass's activation rows (only the rows it has) are staged by the block in kChunks chunks of each
@@ -151,24 +185,18 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   extern __shared__ __align__(16) uint8_t smem[];
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
+  const int split = warp % ks;
   sync.wait();  // the expert list, the offsets and the activations come from the kernels before
   sync.release();
-  const int e = rows.active ? __ldcg(rows.active + blk.y) : blk.y;
-  if (e < 0) return;  // uniform over the block
-  const int s0 = __ldcg(rows.seg + e), s_end = __ldcg(rows.seg + e + 1);
-  const int s1 = rows.row_live ? s0 + live_rows(rows.row_live, s0, s_end) : s_end;
-  if (s1 <= s0) return;
-  const int n0 = (blk.x * tiles_per_block + tile) * 16;
-  const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
+  Mxfp4WarpWork w;
+  if (!mxfp4_warp_work(W, rows, ks, blk, w)) return;
+  const int s0 = w.s0, s1 = w.s1, n0 = w.n0, per_split = w.per_split, kb0 = w.kb0, kb1 = w.kb1;
+  const bool live = w.live;
+  const uint8_t* wl = w.wl;
   const int L = decode_chunk_blocks(K, ks, kChunks), xs = decode_chunk_stride(K, ks, kChunks);
-  const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
-  // This warp's tiles, one per K block: one contiguous kilobyte each, copied as they lie.
-  const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
   uint8_t* stage = smem;  // [ks][R][xs]: each split's chunk of the pass's rows
   uint8_t* ring = smem + size_t(ks) * R * xs + size_t(warp) * kStages * kMxfp4TileBytes;
   const unsigned ring_s = unsigned(__cvta_generic_to_shared(ring)) + lane * 16;
-  const uint8_t* wl = Wt + lane * 16;
   auto issue = [&](int kb) {  // block kb into its slot; always one commit group
     if (live && kb < kb1) {
       const unsigned d = ring_s + ((kb - kb0) & (kStages - 1)) * kMxfp4TileBytes;
@@ -179,9 +207,7 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
     }
     cp_async_commit();
   };
-  const bf16* be = W.bias ? W.bias + size_t(e) * N : nullptr;
-  const float b_lo = (split == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
-  const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
+  const float b_lo = w.b_lo, b_hi = w.b_hi;
   const int pieces = L * 16;  // 16-byte pieces of a staged chunk row
   for (int base = s0; base < s1; base += R) {
     const int nrows = min(R, s1 - base);
@@ -251,25 +277,18 @@ __device__ inline void mxfp4_wide_body(const Mxfp4ExpertsView& W, const bf16* x,
   extern __shared__ __align__(16) uint8_t smem[];
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
+  const int split = warp % ks;
   sync.wait();
   sync.release();
-  const int e = rows.active ? __ldcg(rows.active + blk.y) : blk.y;
-  if (e < 0) return;
-  const int s0 = __ldcg(rows.seg + e), s_end = __ldcg(rows.seg + e + 1);
-  const int s1 = rows.row_live ? s0 + live_rows(rows.row_live, s0, s_end) : s_end;
-  if (s1 <= s0) return;
-  const int n0 = (blk.x * tiles_per_block + tile) * 16;
-  const int per_split = (KB + ks - 1) / ks, kb0 = min(KB, split * per_split), kb1 = min(KB, kb0 + per_split);
-  const bool ok_lo = n0 + g < N, ok_hi = n0 + g + 8 < N, live = n0 < N;
+  Mxfp4WarpWork w;
+  if (!mxfp4_warp_work(W, rows, ks, blk, w)) return;
+  const int s0 = w.s0, s1 = w.s1, n0 = w.n0, per_split = w.per_split, kb0 = w.kb0, kb1 = w.kb1;
+  const bool live = w.live;
+  const uint8_t* wl = w.wl;
+  const float b_lo = w.b_lo, b_hi = w.b_hi;
   const int stage_bytes = wide_stage_bytes(NT, ks), w_bytes = kWarps * kMxfp4TileBytes;
   const unsigned smem_s = unsigned(__cvta_generic_to_shared(smem));
-  const uint8_t* Wt = W.tiles + mxfp4_tiles_bytes(N, K) * e + size_t(live ? n0 / 16 : 0) * KB * kMxfp4TileBytes;
-  const uint8_t* wl = Wt + lane * 16;
   const unsigned w_slot = smem_s + warp * kMxfp4TileBytes + lane * 16;
-  const bf16* be = W.bias ? W.bias + size_t(e) * N : nullptr;
-  const float b_lo = (split == 0 && be && ok_lo) ? __bfloat162float(be[n0 + g]) : 0.0f;
-  const float b_hi = (split == 0 && be && ok_hi) ? __bfloat162float(be[n0 + g + 8]) : 0.0f;
   const int act_pieces = ks * R * 16;
   for (int base = s0; base < s1; base += R) {
     const int nrows = min(R, s1 - base);
