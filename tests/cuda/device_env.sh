@@ -14,6 +14,19 @@ M=${MODELS:-/root/osprey_models}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$M" "$OUT"
 
+# cuda_tests: the CUDA tests that TEST_FILTER selects (default all) unless SKIP_TESTS is set, logged
+# to $OUT/tests.log, their summary and failures printed. sanitize_tests FILTER: compute-sanitizer
+# memcheck and racecheck over those tests (device_sanitize.sh), at most SANITIZE_S seconds.
+cuda_tests() {
+  [ -n "${SKIP_TESTS:-}" ] && return
+  echo "== tests"
+  $T --gtest_filter="${TEST_FILTER:-*}" 2>&1 | tee $OUT/tests.log |
+    grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is|tests ran|rror" | head -60
+}
+sanitize_tests() {
+  TEST_FILTER=$1 timeout ${SANITIZE_S:-240} bash "$(dirname "${BASH_SOURCE[0]}")/device_sanitize.sh"
+}
+
 # agreement LABEL A B: prints how many leading tokens the comma-separated streams A and B share.
 agreement() {
   python3 -c "import sys; a=sys.argv[2].split(','); b=sys.argv[3].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'{sys.argv[1]}: cuda and cpu agree on the first {n} of {len(a)} tokens')" "$@"

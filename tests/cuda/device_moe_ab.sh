@@ -8,14 +8,8 @@
 # another build as well. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-if [ -z "${SKIP_TESTS:-}" ]; then
-  echo "== tests"
-  $T --gtest_filter="${TEST_FILTER:-*}" 2>&1 | tee $OUT/tests.log |
-    grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is|tests ran|rror" | head -60
-fi
-if [ -n "${SANITIZE:-}" ]; then  # compute-sanitizer memcheck and racecheck on these tests (a gtest filter)
-  TEST_FILTER=$SANITIZE timeout ${SANITIZE_S:-240} bash "$(dirname "$0")/device_sanitize.sh"
-fi
+cuda_tests
+[ -n "${SANITIZE:-}" ] && sanitize_tests "$SANITIZE"  # memcheck and racecheck on these tests
 [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 mkdir -p $M/120b_shape
 python3 -c "

@@ -10,11 +10,7 @@
 # restore device memory, and with the default pool (108 GB) one pass took minutes. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-if [ -z "${SKIP_TESTS:-}" ]; then
-  echo "== tests"
-  $T --gtest_filter="${TEST_FILTER:-*}" 2>&1 | tee $OUT/tests.log |
-    grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is|tests ran|rror" | head -60
-fi
+cuda_tests
 ARGS=${BENCH_ARGS:---prefill-lens 8192 --batches 1,64 --contexts 8192 --steps 16}
 [ -d $M/20b ] || $B synth --preset 20b --seed 1 --out $M/20b --quiet
 run() {  # label binary weights
