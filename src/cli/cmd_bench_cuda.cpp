@@ -108,7 +108,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
-                          .kv_blocks = a.kv_blocks, .max_draft = max_draft, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(),
+                          .kv_blocks = a.kv_blocks, .max_draft = max_draft, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(), .kv = a.weights.kv_cache_dtype(),
                           .persistent_decode = a.decode_kernel == "persistent",
                           .persistent_blocks_per_sm = a.persistent_blocks});
   CudaSlots seqs(model);
@@ -116,10 +116,11 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   const GptOssConfig& c = w.config;
   const bool mxfp4 = model.options().experts == GptOssCudaFp8::ExpertWeights::Mxfp4;
   const bool dense16 = model.options().dense == GptOssCudaFp8::DenseWeights::Bf16;
+  const bool fp8_kv = model.options().kv == GptOssCudaFp8::KvCache::Fp8;
   log_info("loaded in {:.1f} s: {:.2f} GB of weights on the GPU (experts {}, dense {}), {} KV blocks of {} positions "
-           "({:.1f} GB)",
+           "({:.1f} GB, {})",
            load_s, model.weight_bytes() / 1e9, mxfp4 ? "mxfp4" : "fp8", dense16 ? "bf16" : "fp8", model.kv_blocks(),
-           GptOssCudaFp8::kBlockPositions, model.kv_blocks() * model.kv_block_bytes() / 1e9);
+           GptOssCudaFp8::kBlockPositions, model.kv_blocks() * model.kv_block_bytes() / 1e9, fp8_kv ? "fp8" : "bf16");
   const double usd_per_s = a.usd_per_gpu_hour / 3600.0;
   std::mt19937_64 rng(a.seed);
   auto random_tokens = [&](int n) {
@@ -132,6 +133,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"experts", mxfp4 ? "mxfp4" : "fp8"},
                         {"dense", dense16 ? "bf16" : "fp8"},
                         {"kv_blocks", model.kv_blocks()},
+                        {"kv_cache_dtype", fp8_kv ? "fp8" : "bf16"},
                         {"load_seconds", load_s},
                         {"copy_bandwidth_gbs", bw / 1e9},
                         {"fp8_tflops_ceiling", a.fp8_tflops},
@@ -196,8 +198,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
           write_timeline(a.timeline, model.decode_timeline(), ctx, b);
           timeline_written = true;
         }
-        const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2,
-                                                                  mxfp4);
+        const double tps = b / step, bytes = decode_step_bytes(c, b, ctx + 1 + a.steps / 2, mxfp4, fp8_kv);
         const double usd = usd_per_s / tps * 1e6;
         row.update({{"step_seconds", step}, {"tokens_per_s", tps}, {"bytes_per_step", bytes},
                     {"gb_per_s", bytes / step / 1e9}, {"fraction_of_bandwidth", bytes / step / bw},

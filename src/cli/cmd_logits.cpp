@@ -46,7 +46,8 @@ void add_logits(CLI::App& app) {
       const int ctx = int(tokens.size());
       GptOssCudaFp8 model(w, {.slots = 1, .max_context = ctx, .max_rows = 2048, .graphs = false,
                               .kv_blocks = 2 * ((ctx + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4,
-                              .cublaslt = !args->no_cublaslt, .experts = args->weights.experts(w), .dense = args->weights.dense_weights()});
+                              .cublaslt = !args->no_cublaslt, .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
+                              .kv = args->weights.kv_cache_dtype()});
       CudaSlots seqs(model);
       logits = seqs.prefill_logits(0, tokens, /*all=*/true);
     } else if (args->backend == "cuda") {
@@ -57,7 +58,7 @@ void add_logits(CLI::App& app) {
       ShardedCpuGroup model(w, args->parallel.layout());
       logits = model.forward(tokens, /*all_logits=*/true);
     } else {
-      GptOssCpuModel model(w, cpu_precision(prec));
+      GptOssCpuModel model(w, cpu_precision(prec), args->weights.fp8_kv());
       KvCache cache = model.new_cache();
       logits = model.forward(tokens, cache, /*all_logits=*/true);
     }

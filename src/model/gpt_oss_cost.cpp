@@ -23,7 +23,7 @@ double fp8_weight_bytes(const GptOssConfig& c) {
   return c.num_layers * (dense + experts + small) + fp8_matrix_bytes(V, H) + 2.0 * V * H + 2.0 * H;
 }
 
-double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts) {
+double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts, bool fp8_kv) {
   const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts,
                k = c.experts_per_token;
   const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q) + 4.0 * E * H;
@@ -33,7 +33,8 @@ double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_exper
   const double touched = E * (1.0 - std::pow(1.0 - k / E, b));
   double kv_positions = 0;  // per sequence, over the layers
   for (bool sliding : c.layer_is_sliding) kv_positions += sliding ? std::min(ctx, c.sliding_window) : ctx;
-  const double kv = b * (2.0 * 2 * KV) * kv_positions;  // K and V in bf16
+  const double per_position = fp8_kv ? 2.0 * (KV + c.num_kv_heads) : 2.0 * 2 * KV;  // K and V
+  const double kv = b * per_position * kv_positions;
   return c.num_layers * (dense + touched * expert) + fp8_matrix_bytes(c.vocab, H) + kv;
 }
 

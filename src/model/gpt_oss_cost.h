@@ -21,7 +21,8 @@ double fp8_weight_bytes(const GptOssConfig& c);
 // the experts the batch touches (the expected number of distinct experts under uniform routing;
 // FP8 128x128, or MXFP4 with mxfp4_experts), the unembedding, and each sequence's keys and values
 // (sliding layers: their window).
-double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts = false);
+// fp8_kv: the FP8 KV cache (a byte a value and a byte of exponent per position and KV head).
+double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts = false, bool fp8_kv = false);
 
 // FLOPs of a prefill of n tokens that ends with one token's logits: 2 per active weight per token
 // in every layer (attention projections, router, the top-k experts), the unembedding of the last

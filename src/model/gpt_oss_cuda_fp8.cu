@@ -109,6 +109,11 @@ struct GptOssCudaFp8::Impl {
   int max_pages = 0, total_pages = 0;
   std::vector<int> store_of;
   std::vector<DeviceArray<cuda::bf16>> kstore, vstore;  // [rows][total_pages][kPage][kv_heads][d]
+  // opt.kv == Fp8: the codes in place of kstore, vstore, and the row exponents
+  // [rows][total_pages][kv_heads][kPage] (formats/kv_fp8.h).
+  const bool kv_fp8 = opt.kv == KvCache::Fp8;
+  std::vector<DeviceArray<uint8_t>> kstore8, vstore8;
+  std::vector<DeviceArray<int8_t>> kexp, vexp;
   DeviceArray<int32_t> tables[2];                        // full, sliding: [slots + 1][max_pages]
   std::vector<int32_t> tables_host[2];
 
@@ -137,7 +142,12 @@ struct GptOssCudaFp8::Impl {
 
   cuda::KvLayerView view(int l) {
     cuda::KvLayerView L;
-    L.k = kstore[store_of[l]].ptr, L.v = vstore[store_of[l]].ptr;
+    const int r = store_of[l];
+    if (kv_fp8) {
+      L.k8 = kstore8[r].ptr, L.v8 = vstore8[r].ptr, L.k_exp = kexp[r].ptr, L.v_exp = vexp[r].ptr;
+    } else {
+      L.k = kstore[r].ptr, L.v = vstore[r].ptr;
+    }
     L.kv_heads = cfg.num_kv_heads, L.d = cfg.head_dim;
     L.page_table = tables[layers[l].sliding ? 1 : 0].ptr, L.max_pages = max_pages;
     return L;
@@ -230,6 +240,11 @@ struct GptOssCudaFp8::Impl {
       fail_plain("GptOssCudaFp8: the persistent decode kernel runs 1 or 2 blocks per SM");
     if (cfg.hidden % 16 || cfg.q_dim() % 16 || cfg.intermediate % 16 || cfg.head_dim % 8)
       fail_plain("the FP8 CUDA path needs hidden, heads*head_dim and intermediate sizes that are multiples of 16");
+    if (kv_fp8 && cfg.head_dim != 64)
+      fail_plain("--kv-cache-dtype fp8 runs on the tensor-core attention kernels, head_dim 64; this model's is " +
+                 std::to_string(cfg.head_dim) + " (use bf16)");
+    if (kv_fp8 && opt.persistent_decode)
+      fail_plain("--kv-cache-dtype fp8 and --persistent-decode: the persistent decode kernel reads a BF16 KV cache only");
     OSPREY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     lt = std::make_unique<cuda::BlockFp8Gemm>(stream);
     const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
@@ -365,7 +380,9 @@ struct GptOssCudaFp8::Impl {
     int group_layers[2] = {0, 0};
     for (const Layer& L : layers) store_of.push_back(group_layers[L.sliding ? 1 : 0]++);
     const int store_rows = std::max(group_layers[0], group_layers[1]);
-    const double page_bytes = double(cuda::kPage) * KV * 2 * 2 * store_rows;  // K and V, bf16
+    // K and V: bf16, or fp8 codes and a byte of exponent per (position, KV head).
+    const double page_bytes =
+        double(cuda::kPage) * 2 * store_rows * (kv_fp8 ? double(KV + cfg.num_kv_heads) : 2.0 * KV);
     block_bytes = page_bytes;
     if (opt.kv_blocks > 0) {
       total_pages = int(std::min<int64_t>(opt.kv_blocks, int64_t(1) << 30)) + 1;
@@ -381,8 +398,20 @@ struct GptOssCudaFp8::Impl {
                    std::to_string((total_b - free_b) >> 20) + " MiB of " + std::to_string(total_b >> 20) + ")");
     }
     for (int r = 0; r < store_rows; ++r) {
-      kstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
-      vstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
+      if (kv_fp8) {
+        const size_t codes = size_t(total_pages) * cuda::kPage * KV, exps = size_t(total_pages) * cuda::kPage * cfg.num_kv_heads;
+        kstore8.emplace_back(codes), vstore8.emplace_back(codes);
+        kexp.emplace_back(exps), vexp.emplace_back(exps);
+        // Rows never written (a page's tail, the padding rows' page 0) are read and masked: zero
+        // exponents keep their scores and weights finite.
+        OSPREY_CUDA_CHECK(cudaMemset(kexp.back().ptr, 0, exps));
+        OSPREY_CUDA_CHECK(cudaMemset(vexp.back().ptr, 0, exps));
+        OSPREY_CUDA_CHECK(cudaMemset(kstore8.back().ptr, 0, codes));
+        OSPREY_CUDA_CHECK(cudaMemset(vstore8.back().ptr, 0, codes));
+      } else {
+        kstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
+        vstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
+      }
     }
     for (int g = 0; g < 2; ++g) {
       tables_host[g].assign(size_t(opt.slots + 1) * max_pages, 0);
@@ -1039,6 +1068,12 @@ struct GptOssCudaFp8::Impl {
   }
 
   void randomize_kv() {
+    for (size_t r = 0; r < kstore8.size(); ++r) {  // codes of values up to 448 2^-8 = 1.75
+      cuda::fill_random_e4m3(kstore8[r].ptr, kstore8[r].n, 1000 + 2 * int(r), stream);
+      cuda::fill_random_e4m3(vstore8[r].ptr, vstore8[r].n, 1001 + 2 * int(r), stream);
+      OSPREY_CUDA_CHECK(cudaMemsetAsync(kexp[r].ptr, 0xf8, kexp[r].n, stream));
+      OSPREY_CUDA_CHECK(cudaMemsetAsync(vexp[r].ptr, 0xf8, vexp[r].n, stream));
+    }
     for (size_t r = 0; r < kstore.size(); ++r) {
       cuda::fill_random_bf16(kstore[r].ptr, kstore[r].n, 1000 + 2 * int(r), 1.0f, stream);
       cuda::fill_random_bf16(vstore[r].ptr, vstore[r].n, 1001 + 2 * int(r), 1.0f, stream);

@@ -2,7 +2,7 @@
 // e4m3 128x128 block-scaled (converted on the GPU at load, bit-identical to model/gpt_oss_fp8.h),
 // their activations quantized in 1x128 blocks, or (dense = Bf16) BF16 with BF16 activations; the experts stay MXFP4 as the checkpoint ships
 // them, multiplied with BF16 activations (kernels/cuda/moe_gemm_mxfp4.cuh), or (experts = Fp8)
-// are converted to FP8 like the dense weights; a paged BF16 KV cache. The model keeps the KV memory; where each sequence's positions live
+// are converted to FP8 like the dense weights; a paged BF16 (or FP8) KV cache. The model keeps the KV memory; where each sequence's positions live
 // is the engine's block manager's decision (engine/kv_blocks.h), handed over as block tables per
 // slot (a slot is a row of the page tables). One forward runs a step's chunks together: every
 // decode token and every prompt chunk, one set of GEMMs over all rows, decode attention for the
@@ -30,6 +30,10 @@ class GptOssCudaFp8 {
   // blocks with FP8 activations (the default: half the bytes), or BF16 as the checkpoint ships
   // them, multiplied by cuBLAS on BF16-rounded activations (the fidelity of the BF16 path).
   enum class DenseWeights { Fp8, Bf16 };
+  // How the KV cache holds keys and values: BF16, or E4M3 codes with a power-of-two exponent per
+  // (position, KV head) row (formats/kv_fp8.h: half the bytes a decode step reads, twice the
+  // positions; head_dim 64 only).
+  enum class KvCache { Bf16, Fp8 };
   struct Options {
     int slots = 1;              // sequences in one step at most (page-table rows)
     int max_context = 131072;   // positions per sequence (page-table width)
@@ -51,6 +55,7 @@ class GptOssCudaFp8 {
     bool cublaslt = true;
     ExpertWeights experts = ExpertWeights::Mxfp4;  // a converted FP8 checkpoint has only Fp8
     DenseWeights dense = DenseWeights::Fp8;        // a converted FP8 checkpoint has only Fp8
+    KvCache kv = KvCache::Bf16;
     // Decode steps of up to 8 rows (not speculative verify chunks) as one persistent kernel
     // (kernels/cuda/decode_persistent.cuh) where the model allows it: MXFP4 experts, FP8 dense
     // layers, head_dim 64, q, k and v fused; else kernel by kernel (persistent_decode(rows) says). Off by default: on the H200 it is still slower

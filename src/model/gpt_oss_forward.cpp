@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "formats/kv_fp8.h"
 
 namespace osprey {
 
@@ -19,8 +20,10 @@ void round_to_bf16(std::vector<float>& v) {
 
 GptOssCpuModel::~GptOssCpuModel() = default;
 
-GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision) : w_(w) {
+GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, bool fp8_kv) : w_(w), fp8_kv_(fp8_kv) {
   mxfp4_experts_ = precision == CpuPrecision::Mxfp4;
+  if (fp8_kv && precision != CpuPrecision::Fp8 && precision != CpuPrecision::Mxfp4)
+    fail("an FP8 KV cache is emulated with the GPU engine's paths (--precision fp8 or mxfp4)");
   if (mxfp4_experts_ && w.fp8)
     fail("this checkpoint holds FP8 weights (written by `osprey convert`): its experts are no longer MXFP4; run it "
          "with --precision fp8");
@@ -148,7 +151,12 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   linear(L.v, L8 ? &L8->v : nullptr, L.v_bias, h.data(), v.data(), T);
   cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
   cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
-  if (fp8_) {  // the Hopper path keeps keys and values in a BF16 cache: the emulation rounds them the same way
+  if (fp8_kv_) {  // the Hopper path's FP8 cache: each (position, KV head) row through its codes
+    for (size_t r = 0; r < size_t(T) * c.num_kv_heads; ++r) {
+      kv_fp8::round_row(k.data() + r * c.head_dim, c.head_dim);
+      kv_fp8::round_row(v.data() + r * c.head_dim, c.head_dim);
+    }
+  } else if (fp8_) {  // the Hopper path keeps keys and values in a BF16 cache: the emulation rounds them the same way
     round_to_bf16(k);
     round_to_bf16(v);
   }

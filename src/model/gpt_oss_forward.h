@@ -59,7 +59,10 @@ enum class CpuPrecision { AsStored, Fp8, Bf16, Mxfp4 };
 
 class GptOssCpuModel {
  public:
-  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored);
+  // fp8_kv (Fp8 and Mxfp4 precisions only): keys and values rounded as the GPU's FP8 KV cache
+  // holds them (--kv-cache-dtype fp8: E4M3 codes, a power-of-two exponent per (position, KV head)
+  // row, formats/kv_fp8.h) instead of to BF16.
+  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored, bool fp8_kv = false);
   ~GptOssCpuModel();
 
   const GptOssConfig& config() const { return w_.config; }
@@ -84,6 +87,7 @@ class GptOssCpuModel {
   const GptOssWeights& w_;
   bool bf16_act_ = false;  // Bf16 precision: GEMM inputs rounded to BF16 (round_act)
   bool mxfp4_experts_ = false;  // Mxfp4 precision: the experts as stored, their inputs rounded to BF16
+  bool fp8_kv_ = false;         // keys and values rounded through the FP8 KV cache's format
   void round_act(std::vector<float>& v) const;
   std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)
   cpu::RopeTable rope_;

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "cuda_test_util.h"
 #include "formats/fp8.h"
+#include "formats/kv_fp8.h"
 #include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/fp8.cuh"
@@ -260,16 +262,46 @@ std::vector<float> rand_bf16_exact(size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-// One layer's KV cache on the device for `slots` slots: shuffled pages (window 0) or rings.
+// Random keys or values whose rows of d (one position's KV head) span 2^-12 .. 2^12 in scale, and
+// the same rounded as the FP8 cache holds them (kv_fp8::round_row per row).
+std::vector<float> rand_rows(size_t n, int d, uint32_t seed, float scale) {
+  std::vector<float> v = randf(n, seed, scale);
+  std::mt19937 rng(seed + 1000);
+  for (size_t r = 0; r < n / d; ++r) {
+    const float f = std::ldexp(1.0f, int(rng() % 25) - 12);
+    for (int i = 0; i < d; ++i) v[r * d + i] *= f;
+  }
+  return v;
+}
+std::vector<float> fp8_rounded_rows(std::vector<float> v, int d) {
+  for (size_t r = 0; r < v.size() / d; ++r) kv_fp8::round_row(&v[r * d], d);
+  return v;
+}
+
+// One layer's KV cache on the device for `slots` slots: shuffled pages (window 0) or rings; fp8:
+// the FP8 cache (codes and row exponents), always paged (as the model keeps sliding layers too).
 struct DeviceKvLayer {
   Dev<bf16> k, v;
+  Dev<uint8_t> k8, v8;
+  Dev<int8_t> ke, ve;
   Dev<int32_t> table;
   cuda::KvLayerView view;
   int ring;
-  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed)
-      : k(rows(slots, window, ring_, max_pages) * kvh * d), v(k.n), table(page_table(slots, max_pages, seed)), ring(ring_) {
-    view.k = as_dev_bf16(k), view.v = as_dev_bf16(v), view.kv_heads = kvh, view.d = d;
-    if (window) view.ring = ring;
+  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed, bool fp8 = false)
+      : k(fp8 ? 0 : rows(slots, window, ring_, max_pages) * kvh * d), v(k.n),
+        k8(fp8 ? rows(slots, 0, 0, max_pages) * kvh * d : 0), v8(k8.n),
+        ke(fp8 ? rows(slots, 0, 0, max_pages) * kvh : 0), ve(ke.n),
+        table(page_table(slots, max_pages, seed)), ring(ring_) {
+    view.kv_heads = kvh, view.d = d;
+    if (fp8) {
+      // Rows never written are read (and masked): zero exponents keep them finite, as the model's.
+      OSPREY_CUDA_CHECK(cudaMemset(ke.p, 0, ke.n));
+      OSPREY_CUDA_CHECK(cudaMemset(ve.p, 0, ve.n));
+      view.k8 = k8.p, view.v8 = v8.p, view.k_exp = ke.p, view.v_exp = ve.p;
+    } else {
+      view.k = as_dev_bf16(k), view.v = as_dev_bf16(v);
+    }
+    if (window && !fp8) view.ring = ring;
     else view.page_table = table.p, view.max_pages = max_pages;
   }
   // Positions [0, len) of K and V (the last `ring` of them for a ring) into the slot, through kv_write.
@@ -301,17 +333,22 @@ struct DeviceKvLayer {
 // splits of 11 tiles leave most splits empty. d = 64 runs on the tensor cores (Q and P as hi + lo
 // BF16 pairs: ~16 bits, hence 5e-5), other d on the CUDA cores (fp32, 1e-5). The quantized output
 // equals quantize_act_1x128 of the fp32 output.
-void PagedAttentionCase(int heads, int kvh, int d) {
+// fp8: the FP8 cache (always paged), against the CPU attention over the values it holds: the
+// kernel scales scores and weights by the rows' powers of two, which equals BF16 codes times 2^e,
+// so the same tolerance holds.
+void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
   const int lens[2] = {700, 333}, max_pages = 16, ring = 256;
   const double tol = d == 64 ? 5e-5 : 1e-5;
   for (int window : {0, 128}) {
     for (int splits : {1, 5, 32}) {
       std::vector<std::vector<float>> K(2), V(2);
-      DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 64);
+      DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 64, fp8);
       for (int s = 0; s < 2; ++s) {
-        K[s] = rand_bf16_exact(size_t(lens[s]) * kvh * d, 60 + s, 2.0f);
-        V[s] = rand_bf16_exact(size_t(lens[s]) * kvh * d, 62 + s, 1.0f);
+        const size_t n = size_t(lens[s]) * kvh * d;
+        K[s] = fp8 ? rand_rows(n, d, 60 + s, 2.0f) : rand_bf16_exact(n, 60 + s, 2.0f);
+        V[s] = fp8 ? rand_rows(n, d, 62 + s, 1.0f) : rand_bf16_exact(n, 62 + s, 1.0f);
         cache.write(s, K[s], V[s], lens[s]);
+        if (fp8) K[s] = fp8_rounded_rows(K[s], d), V[s] = fp8_rounded_rows(V[s], d);
       }
       // Queries: the last 3 positions of slot 0 and the last 2 of slot 1.
       std::vector<int32_t> slot = {0, 0, 0, 1, 1}, pos = {697, 698, 699, 331, 332};
@@ -331,8 +368,8 @@ void PagedAttentionCase(int heads, int kvh, int d) {
                                     {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
       }
       const double err = rel_err(got, ref);
-      EXPECT_LT(err, tol) << "d " << d << " window " << window << " splits " << splits;
-      if (splits == 5) std::printf("paged attention d=%d window=%d: rel. error %.2e\n", d, window, err);
+      EXPECT_LT(err, tol) << "d " << d << " window " << window << " splits " << splits << " fp8 " << fp8;
+      if (splits == 5) std::printf("paged attention d=%d window=%d%s: rel. error %.2e\n", d, window, fp8 ? " fp8" : "", err);
       // Quantized output.
       Dev<uint8_t> q1(size_t(R) * Q), q2(size_t(R) * Q);
       Dev<float> s1(size_t(fp8::blocks(Q)) * ld), s2(s1.n);
@@ -369,11 +406,15 @@ void PagedAttentionCase(int heads, int kvh, int d) {
 
 // flash_prefill (BF16 Q and P on the tensor cores) against the CPU attention: a prompt of T tokens
 // continuing a sequence of p0 positions, full (paged, shuffled pages) and sliding (ring).
-void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kvh = 8) {
+// fp8: the FP8 cache (paged), against the CPU attention over the values it holds.
+void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kvh = 8, bool fp8 = false) {
   const int d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
-  const std::vector<float> K = rand_bf16_exact(size_t(len) * kvh * d, 80, 2.0f), V = rand_bf16_exact(size_t(len) * kvh * d, 81, 1.0f);
-  DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82);
+  const size_t n = size_t(len) * kvh * d;
+  std::vector<float> K = fp8 ? rand_rows(n, d, 80, 2.0f) : rand_bf16_exact(n, 80, 2.0f),
+                     V = fp8 ? rand_rows(n, d, 81, 1.0f) : rand_bf16_exact(n, 81, 1.0f);
+  DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82, fp8);
   cache.write(1, K, V, len);
+  if (fp8) K = fp8_rounded_rows(K, d), V = fp8_rounded_rows(V, d);
   auto q = randf(size_t(T) * heads * d, 83, 2.0f);
   auto sinks = randbf(heads, 84, 2.0f);
   Dev<float> dq(q), out(q.size());
@@ -396,7 +437,7 @@ void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kv
   cpu::f32_bf16sink_attention(q.data(), pos.data(), kv, sinks.data(), ref.data(), T,
                               {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
   EXPECT_LT(rel_err(out.get(), ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits
-                                         << " heads " << heads << "/" << kvh;
+                                         << " heads " << heads << "/" << kvh << " fp8 " << fp8;
   // Quantized for the o-projection (in the epilogue at 8 query heads a KV head, else after it):
   // the codes and scales quantize_act_1x128 makes of the fp32 result, bit for bit, written at a
   // chunk's rows (offset 5 rows into matrices of ld = round4(T + 5)).
@@ -443,6 +484,63 @@ TEST(CudaFp8, FlashPrefillSplitKv) {
 TEST(CudaFp8, PagedAttentionMatchesCpu) {
   PagedAttentionCase(64, 8, 64);  // gpt-oss
   PagedAttentionCase(4, 2, 16);   // the tiny model's heads
+}
+
+// --kv-cache-dtype fp8: kv_write stores each (position, KV head) row as the CPU's
+// kv_fp8::quantize_row does, codes and exponent bit for bit (rows of scales 2^-12 .. 2^12;
+// d = 16 leaves lanes idle); the decode and prefill attention read it back as the CPU attention
+// over those values.
+TEST(CudaFp8, KvWriteFp8IsTheRowQuantization) {
+  for (int d : {64, 16}) {
+    const int kvh = 8, len = 200, max_pages = 4;
+    const auto K = rand_rows(size_t(len) * kvh * d, d, 70, 3.0f), V = rand_rows(size_t(len) * kvh * d, d, 71, 1.0f);
+    DeviceKvLayer cache(2, kvh, d, 0, 0, max_pages, 72, /*fp8=*/true);
+    cache.write(1, K, V, len);
+    const auto table = cache.table.get();
+    const auto k8 = cache.k8.get(), v8 = cache.v8.get();
+    const auto ke = cache.ke.get(), ve = cache.ve.get();
+    std::vector<uint8_t> codes(d);
+    for (int p = 0; p < len; ++p)
+      for (int h = 0; h < kvh; ++h) {
+        const size_t row = size_t(table[size_t(1) * max_pages + p / 64]) * 64 + p % 64;
+        const size_t at = (row * kvh + h) * d, ei = (row / 64 * kvh + h) * 64 + row % 64;
+        for (auto [src, got, exps] : {std::tuple{&K, &k8, &ke}, std::tuple{&V, &v8, &ve}}) {
+          const int e = kv_fp8::quantize_row(src->data() + (size_t(p) * kvh + h) * d, d, codes.data());
+          ASSERT_EQ(int((*exps)[ei]), e) << "d " << d << " position " << p << " head " << h;
+          ASSERT_TRUE(std::equal(codes.begin(), codes.end(), got->begin() + at)) << "d " << d << " position " << p;
+        }
+      }
+  }
+}
+
+TEST(CudaFp8, PagedAttentionFp8MatchesCpu) { PagedAttentionCase(64, 8, 64, /*fp8=*/true); }
+
+TEST(CudaFp8, FlashPrefillFp8MatchesCpu) {
+  for (int window : {0, 128})
+    for (auto [T, p0] : {std::pair{1, 0}, {129, 0}, {200, 77}, {1000, 0}}) FlashCase(T, p0, window, 1, 64, 8, true);
+  FlashCase(300, 50, 0, 1, 16, 1, true);
+  FlashCase(500, 1500, 128, 1, 64, 8, true);
+  for (int splits : {3, 8}) FlashCase(200, 2500, 0, splits, 64, 8, true);
+}
+
+// What the FP8 cache cannot run is refused, not misread: another head_dim on the attention
+// kernels, a ring.
+TEST(CudaFp8, Fp8KvRefusesWhatItCannotRun) {
+  DeviceKvLayer small(1, 2, 16, 0, 0, 2, 5, /*fp8=*/true);
+  Dev<float> q(size_t(4) * 16), out(q.n), scratch(size_t(4) * 18);
+  Dev<bf16> sinks(std::vector<bf16>(4, f32_to_bf16(0.0f)));
+  Dev<int32_t> slot(std::vector<int32_t>{0}), pos(std::vector<int32_t>{3});
+  EXPECT_THROW(cuda::paged_attention(small.view, q.p, as_dev_bf16(sinks), slot.p, pos.p, out.p, 1, 4, 0, 0.25f, 1,
+                                     scratch.p, nullptr),
+               std::exception);
+  DeviceKvLayer big(1, 1, 64, 0, 0, 2, 5, /*fp8=*/true);
+  big.view.page_table = nullptr, big.view.ring = 128;
+  Dev<float> q2(size_t(4) * 64), out2(q2.n);
+  EXPECT_THROW(cuda::flash_prefill(big.view, q2.p, as_dev_bf16(sinks), 0, 0, out2.p, 1, 4, 0, 0.125f, nullptr),
+               std::exception);
+  EXPECT_THROW(cuda::paged_attention(big.view, q2.p, as_dev_bf16(sinks), slot.p, pos.p, out2.p, 1, 4, 0, 0.125f, 1,
+                                     scratch.p, nullptr),
+               std::exception);
 }
 
 
@@ -562,6 +660,49 @@ TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
   };
   EXPECT_LT(rel_err(to_f32(b.k.get()), to_f32(a.k.get())), 1e-5);
   EXPECT_EQ(b.v.get(), a.v.get());
+}
+
+// The same into the FP8 cache: values copied, so their codes and exponents are kv_write's bit for
+// bit; the rotated keys agree up to the rotation's FMA contraction, which may move a code by one
+// step (1/16 relative) here and there.
+TEST_P(Fp8Tokens, QkvRopeToCacheFp8EqualsRopeAndKvWrite) {
+  const int T = GetParam(), heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d, max_pages = 8;
+  auto qkv = randf(size_t(T) * W, 103, 3.0f);
+  std::vector<float> q(size_t(T) * heads * d), k(size_t(T) * kvh * d), v(k.size());
+  for (int t = 0; t < T; ++t) {
+    std::copy_n(&qkv[size_t(t) * W], heads * d, &q[size_t(t) * heads * d]);
+    std::copy_n(&qkv[size_t(t) * W + heads * d], kvh * d, &k[size_t(t) * kvh * d]);
+    std::copy_n(&qkv[size_t(t) * W + (heads + kvh) * d], kvh * d, &v[size_t(t) * kvh * d]);
+  }
+  std::vector<int32_t> pos(T), slot(T, 1);
+  for (int t = 0; t < T; ++t) pos[t] = 100 + 3 * t;
+  std::vector<float> inv(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(150000.0f, -2.0f * i / d);
+  Dev<float> dqkv(qkv), dq(q), dk(k), dv(v), q2(q.size()), dinv(inv);
+  Dev<int32_t> dpos(pos), dslot(slot);
+  DeviceKvLayer a(2, kvh, d, 0, 0, max_pages, 91, true), b(2, kvh, d, 0, 0, max_pages, 91, true);
+  cuda::rope(dq.p, dpos.p, dinv.p, 1.3f, T, heads, d, nullptr);
+  cuda::rope(dk.p, dpos.p, dinv.p, 1.3f, T, kvh, d, nullptr);
+  cuda::kv_write(a.view, dk.p, dv.p, dslot.p, dpos.p, T, nullptr);
+  cuda::qkv_rope_to_cache(b.view, dqkv.p, dslot.p, dpos.p, dinv.p, 1.3f, T, heads, q2.p, nullptr);
+  EXPECT_LT(rel_err(q2.get(), dq.get()), 1e-6);
+  EXPECT_EQ(b.v8.get(), a.v8.get());
+  EXPECT_EQ(b.ve.get(), a.ve.get());
+  // Keys: dequantized, over the written rows.
+  const auto table = a.table.get();
+  const auto ka = a.k8.get(), kb = b.k8.get();
+  const auto ea = a.ke.get(), eb = b.ke.get();
+  std::vector<float> fa, fb;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < kvh; ++h) {
+      const size_t row = size_t(table[size_t(1) * max_pages + pos[t] / 64]) * 64 + pos[t] % 64;
+      const size_t ei = (row / 64 * kvh + h) * 64 + row % 64;
+      for (int i = 0; i < d; ++i) {
+        fa.push_back(kv_fp8::dequantize(ka[(row * kvh + h) * d + i], ea[ei]));
+        fb.push_back(kv_fp8::dequantize(kb[(row * kvh + h) * d + i], eb[ei]));
+      }
+    }
+  EXPECT_LT(rel_err(fb, fa), 1e-2);
 }
 
 // The QKV bias added by the rope kernel as it reads the rows (a cuBLASLt output comes without it)

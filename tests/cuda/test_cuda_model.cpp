@@ -130,6 +130,60 @@ TEST(CudaFp8Model, ExpertFormatsMatchTheirCpuEmulations) {
   }
 }
 
+// --kv-cache-dtype fp8 against its CPU emulation (keys and values through kv_fp8::round_row),
+// on the mini shape (head_dim 64) with FP8 experts and the skinny kernel (the emulation's sums up
+// to order): a prefill (flash attention over the FP8 cache) and decode steps (the decode kernel).
+// The emulation of the FP8 cache must be much closer than that of the BF16 cache is, or the test
+// would not tell the formats apart.
+TEST(CudaFp8Model, Fp8KvCacheMatchesItsCpuEmulation) {
+  test::TempDir dir;
+  GptOssWeights w = mini_weights(dir, 8);
+  const int V = w.config.vocab;
+  std::mt19937 rng(4);
+  std::vector<int32_t> tokens(150);
+  for (auto& t : tokens) t = int32_t(rng() % 200000);
+  GptOssCudaFp8 m(w, {.slots = 1, .max_context = 512, .graphs = false, .kv_blocks = 32, .cublaslt = false,
+                      .experts = GptOssCudaFp8::ExpertWeights::Fp8, .kv = GptOssCudaFp8::KvCache::Fp8});
+  CudaSlots seqs(m);
+  const std::vector<float> gpu = seqs.prefill_logits(0, tokens, /*all=*/true);
+  GptOssCpuModel cpu(w, CpuPrecision::Fp8, /*fp8_kv=*/true), cpu16(w, CpuPrecision::Fp8);
+  KvCache c = cpu.new_cache(), c16 = cpu16.new_cache();
+  const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
+  const std::vector<float> ref16 = cpu16.forward(tokens, c16, /*all_logits=*/true);
+  ASSERT_EQ(gpu.size(), ref.size());
+  const double e = rel_diff(gpu.data(), ref.data(), ref.size()), e16 = rel_diff(gpu.data(), ref16.data(), ref.size());
+  std::printf("fp8 KV: prefill of 150 tokens against its emulation %.3e, against the bf16-KV emulation %.3e\n", e, e16);
+  EXPECT_LT(e, 1e-2);
+  EXPECT_LT(e, 0.25 * e16);
+  seqs.release(0);
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 70);
+  seqs.prefill_logits(0, prompt, false);
+  KvCache c2 = cpu.new_cache();
+  cpu.forward(prompt, c2, false);
+  for (int i = 0; i < 4; ++i) {
+    const int32_t t = tokens[size_t(100 + i)];
+    const std::vector<std::vector<float>> g = seqs.decode_logits(std::vector<int32_t>{0}, std::vector<int32_t>{t});
+    const std::vector<float> r = cpu.forward(std::vector<int32_t>{t}, c2, false);
+    EXPECT_LT(rel_diff(g[0].data(), r.data(), size_t(V)), 1e-2) << "decode step " << i;
+  }
+}
+
+// What the FP8 cache does not run is refused at construction: head_dim other than 64, the
+// persistent decode kernel; and the CPU emulates it only with the GPU paths' precisions.
+TEST(CudaFp8Model, Fp8KvCacheRefusesWhatItCannotRun) {
+  test::TempDir dir, dir2;
+  synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  EXPECT_THROW(GptOssCudaFp8(w, {.slots = 1, .max_context = 128, .graphs = false, .kv_blocks = 8,
+                                 .kv = GptOssCudaFp8::KvCache::Fp8}),
+               std::exception);
+  GptOssWeights p = persistent_weights(dir2, 3);
+  EXPECT_THROW(GptOssCudaFp8(p, {.slots = 1, .max_context = 128, .graphs = false, .kv_blocks = 8,
+                                 .kv = GptOssCudaFp8::KvCache::Fp8, .persistent_decode = true}),
+               std::exception);
+  EXPECT_THROW(GptOssCpuModel(w, CpuPrecision::Bf16, /*fp8_kv=*/true), std::exception);
+}
+
 // BF16 dense layers (--dense bf16) with MXFP4 experts: the arithmetic of the CPU's BF16 emulation
 // (GEMM inputs rounded to BF16 where it rounds them; the experts exact), but for the GPU's BF16 KV
 // cache, on the mini shape with trained-like branch scales (parity-b's random weights amplify that

@@ -48,6 +48,9 @@ TEST(CostModel, DecodeStepBytesGrowWithKeysAndTouchedExperts) {
   // One more position: every full layer's keys and values; sliding layers only inside the window.
   EXPECT_DOUBLE_EQ(decode_step_bytes(c, 1, 8001) - decode_step_bytes(c, 1, 8000), full * kv_position);
   EXPECT_DOUBLE_EQ(decode_step_bytes(c, 1, 101) - decode_step_bytes(c, 1, 100), c.num_layers * kv_position);
+  // The FP8 cache: a byte a value and a byte of exponent per position and KV head.
+  EXPECT_DOUBLE_EQ(decode_step_bytes(c, 1, 8001, true, true) - decode_step_bytes(c, 1, 8000, true, true),
+                   full * 2.0 * (c.kv_dim() + c.num_kv_heads));
   // Batch 1 reads top-k experts a layer; a large batch touches (nearly) all of them.
   const double expert = fp8_matrix_bytes(2.0 * c.intermediate, c.hidden) + fp8_matrix_bytes(c.hidden, c.intermediate) +
                         2.0 * 3 * c.intermediate;

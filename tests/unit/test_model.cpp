@@ -1,5 +1,6 @@
 // The whole CPU model on small synthetic checkpoints: cache consistency, both checkpoint layouts,
 // determinism of synth, broken checkpoints, and the command contracts.
+#include <fstream>
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -453,6 +454,41 @@ TEST(WeightsCli, RefusedWhereItCannotApply) {
   auto bf16 = test::run_cli("generate --backend cuda --weights bf16" + m);
   EXPECT_EQ(bf16.exit_code, 1);
   EXPECT_NE(bf16.err.find("--weights bf16 is not built"), std::string::npos) << bf16.err;
+}
+
+// --kv-cache-dtype fp8 is the engine's GPU cache or its CPU emulation (--precision fp8 or mxfp4):
+// refused with the fp32 CPU path (generate, serve, bench) and the CUDA reference paths, before any
+// load; the emulation honours it (its logits differ from the BF16 cache's emulation).
+TEST(KvCacheCli, Fp8IsTheEngineCacheOrItsEmulation) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
+  const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
+  auto fp32 = test::run_cli("generate --kv-cache-dtype fp8" + m);
+  EXPECT_EQ(fp32.exit_code, 1);
+  EXPECT_NE(fp32.err.find("--kv-cache-dtype fp8 chooses the engine's GPU KV cache"), std::string::npos) << fp32.err;
+  auto serve = test::run_cli("serve --backend cpu --kv-cache-dtype fp8 --model " + (d / "m") + " --port 1");
+  EXPECT_EQ(serve.exit_code, 1);
+  EXPECT_NE(serve.err.find("--kv-cache-dtype fp8"), std::string::npos) << serve.err;
+  auto bench = test::run_cli("bench --backend cpu --kv-cache-dtype fp8 --model " + (d / "m"));
+  EXPECT_EQ(bench.exit_code, 1);
+  auto ref = test::run_cli("generate --backend cuda --precision bf16 --kv-cache-dtype fp8" + m);
+  EXPECT_EQ(ref.exit_code, 1);
+  EXPECT_NE(ref.err.find("--kv-cache-dtype fp8 chooses"), std::string::npos) << ref.err;
+  auto bad = test::run_cli("generate --kv-cache-dtype fp16" + m);
+  EXPECT_NE(bad.exit_code, 0);
+  auto emu = test::run_cli("generate --precision mxfp4 --kv-cache-dtype fp8" + m);
+  EXPECT_EQ(emu.exit_code, 0) << emu.err;
+  const std::string tokens = " --model " + (d / "m") + " --tokens 5,6,7,8,9,10,11,12";
+  ASSERT_EQ(test::run_cli("logits --precision fp8 --kv-cache-dtype fp8" + tokens + " --out " + (d / "a.npy")).exit_code, 0);
+  ASSERT_EQ(test::run_cli("logits --precision fp8" + tokens + " --out " + (d / "b.npy")).exit_code, 0);
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string a = slurp(d / "a.npy"), b = slurp(d / "b.npy");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_NE(a, b);
 }
 
 // bench's GPU options are refused with the CPU backend (not silently dropped), before any load.

@@ -212,6 +212,7 @@ INSTANTIATE_TEST_SUITE_P(AwkwardSizes, MatmulShapes,
 }  // namespace osprey
 
 #include "formats/fp8.h"
+#include "formats/kv_fp8.h"
 
 namespace osprey {
 namespace {
@@ -228,6 +229,65 @@ TEST(Fp8, E4m3RoundTripAndRounding) {
   EXPECT_EQ(fp8::to_f32(fp8::from_f32(1.0625f)), 1.0f);  // halfway between 1 and 1.125: to even
   EXPECT_EQ(fp8::to_f32(fp8::from_f32(1.1875f)), 1.25f);
   EXPECT_EQ(fp8::to_f32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+}
+
+// The FP8 KV cache's row format: the exponent is the smallest e with amax <= 448 2^e (so no code
+// saturates and none could use a smaller scale), found by bit arithmetic; code times 2^e is exact.
+TEST(KvFp8, RowExponentIsTheSmallestThatHoldsTheRow) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> ex(-60, 60);
+  for (int i = 0; i < 100000; ++i) {
+    const float amax = std::ldexp(mant(rng), ex(rng));
+    const int e = kv_fp8::row_exponent(amax);
+    ASSERT_LE(amax, 448.0f * std::ldexp(1.0f, e)) << amax;
+    ASSERT_GT(amax, 448.0f * std::ldexp(1.0f, e - 1)) << amax;
+  }
+  EXPECT_EQ(kv_fp8::row_exponent(448.0f), 0);   // exactly the largest code
+  EXPECT_EQ(kv_fp8::row_exponent(449.0f), 1);
+  EXPECT_EQ(kv_fp8::row_exponent(224.0f), -1);
+  EXPECT_EQ(kv_fp8::row_exponent(1.75f), -8);   // 448 2^-8
+  EXPECT_EQ(kv_fp8::row_exponent(1.7500001f), -7);
+  EXPECT_EQ(kv_fp8::row_exponent(0.0f), kv_fp8::kExpMin);
+  EXPECT_EQ(kv_fp8::row_exponent(1e-40f), kv_fp8::kExpMin);  // subnormal
+  EXPECT_EQ(kv_fp8::row_exponent(1e-35f), kv_fp8::kExpMin);  // clamped
+  EXPECT_EQ(kv_fp8::row_exponent(INFINITY), kv_fp8::kExpMax);
+  EXPECT_EQ(kv_fp8::pow2(-100), std::ldexp(1.0f, -100));
+  EXPECT_EQ(kv_fp8::pow2(100), std::ldexp(1.0f, 100));
+}
+
+TEST(KvFp8, RowQuantizationKeepsE4m3PrecisionAndIsExactOnCodes) {
+  std::mt19937 rng(10);
+  for (float scale : {1e-20f, 3e-3f, 1.0f, 17.0f, 5000.0f}) {
+    std::vector<float> x = [&] {
+      std::uniform_real_distribution<float> u(-scale, scale);
+      std::vector<float> v(64);
+      for (float& f : v) f = u(rng);
+      return v;
+    }();
+    std::vector<uint8_t> codes(64);
+    const int e = kv_fp8::quantize_row(x.data(), 64, codes.data());
+    float amax = 0;
+    for (float f : x) amax = std::max(amax, std::fabs(f));
+    std::vector<float> r = x;
+    kv_fp8::round_row(r.data(), 64);
+    for (int i = 0; i < 64; ++i) {
+      const float d = kv_fp8::dequantize(codes[i], e);
+      ASSERT_EQ(d, r[i]);
+      ASSERT_EQ(d, fp8::to_f32(codes[i]) * std::ldexp(1.0f, e));  // exact: a power of two
+      ASSERT_EQ(fp8::from_f32(x[i] / std::ldexp(1.0f, e)), codes[i]);
+      // Relative error of E4M3 (2^-4) above its normal range, absolute 2^-10 of the scale below.
+      ASSERT_LE(std::fabs(d - x[i]), std::max(std::fabs(x[i]) * 0.0625f, std::ldexp(1.0f, e - 10))) << scale;
+    }
+    ASSERT_LE(amax, 448.0f * std::ldexp(1.0f, e));
+  }
+  // A row's largest value that is itself a code times 2^e comes back exactly; zeros stay zero.
+  std::vector<float> x(64, 0.0f);
+  x[3] = -448.0f * 0.25f, x[7] = 1.0f;
+  kv_fp8::round_row(x.data(), 64);
+  EXPECT_EQ(x[3], -112.0f);
+  EXPECT_EQ(x[7], 1.0f);
+  EXPECT_EQ(x[0], 0.0f);
 }
 
 TEST(Fp8, BlockScaledMatmulMatchesDequantizedReference) {

@@ -1,5 +1,7 @@
-// Attention over the paged BF16 KV cache of the FP8 path: cache writes (rope_kv.cu), decode
-// attention (attention_decode.cu) and prefill attention (attention_prefill.cu).
+// Attention over the paged KV cache of the FP8 path: cache writes (rope_kv.cu), decode
+// attention (attention_decode.cu) and prefill attention (attention_prefill.cu). The cache holds
+// BF16 values, or (k8/v8 set, --kv-cache-dtype fp8) E4M3 codes with a power-of-two exponent per
+// (position, KV head) row, formats/kv_fp8.h (head_dim 64 only: the tensor-core kernels).
 // Full-attention layers: pages of kPage positions, [pages][kPage][kv_heads][d] for K and for V,
 // found through a per-slot page table [slots][max_pages]. Sliding-window layers: a ring of `ring`
 // positions per slot, [slots][ring][kv_heads][d], position p at p % ring (ring >= window + the
@@ -13,14 +15,17 @@ namespace osprey::cuda {
 constexpr int kPage = 64;
 
 struct KvLayerView {
-  bf16 *k = nullptr, *v = nullptr;
+  bf16 *k = nullptr, *v = nullptr;      // BF16 cache
+  uint8_t *k8 = nullptr, *v8 = nullptr;  // FP8 cache: codes, where k and v would be
+  int8_t *k_exp = nullptr, *v_exp = nullptr;  // FP8 cache: row exponents [rows / kPage][kv_heads][kPage]
+  __host__ __device__ bool fp8() const { return k8 != nullptr; }
   const int32_t* page_table = nullptr;  // full layers; null for a ring
   int max_pages = 0;                    // page-table row length
   int ring = 0;                         // ring layers: positions per slot
   int kv_heads = 0, d = 0;
 };
 
-// Writes k, v [rows][kv_heads][d] (fp32) as BF16 at (slot[r], pos[r]).
+// Writes k, v [rows][kv_heads][d] (fp32) as BF16 (or FP8, L.fp8()) at (slot[r], pos[r]).
 void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int rows,
               cudaStream_t s);
 

@@ -5,9 +5,13 @@
 // into the 1/sqrt(d) scale), a state is (m, l, acc) with running max m, sum l = sum 2^(s - m) and
 // acc = sum 2^(s - m) v, and states of key ranges merge as sum 2^(m_i - M) (l_i, acc_i).
 #pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cfloat>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace osprey::cuda {
@@ -28,6 +32,71 @@ __device__ inline size_t kv_row(const KvLayerView& L, int slot, int j) {
     return size_t(page) * kPage + (j % kPage);
   }
   return size_t(slot) * L.ring + (j % L.ring);
+}
+
+// The FP8 cache (formats/kv_fp8.h): where row `row`'s exponent of KV head h lives (a page's
+// exponents of one head contiguous, so a 64-key tile's are 64 consecutive bytes).
+__device__ inline size_t kv_exp_index(size_t row, int h, int kv_heads) {
+  return (row / kPage * kv_heads + h) * kPage + row % kPage;
+}
+// 2^e, exactly (|e| <= kv_fp8::kExpMax).
+__device__ inline float kv_pow2(int e) { return __uint_as_float(uint32_t(e + 127) << 23); }
+// kv_fp8::row_exponent on the device: the same bit arithmetic.
+__device__ inline int kv_row_exponent(float amax) {
+  const uint32_t b = __float_as_uint(amax) & 0x7fffffffu;
+  if ((b >> 23) == 0) return -100;
+  if (b >= 0x7f800000u) return 100;
+  const int e = int(b >> 23) - 135 + ((b & 0x7fffffu) > 0x600000u ? 1 : 0);
+  return min(max(e, -100), 100);
+}
+// Two E4M3 codes (low byte first) as a BF16 pair, exactly (every E4M3 value is an fp16 value).
+__device__ inline uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16(f.x, f.y);
+}
+// Eight E4M3 codes as eight BF16 values (same order).
+__device__ inline uint4 e4m3x8_to_bf16x8(uint2 w) {
+  return make_uint4(e4m3x2_to_bf16x2(uint16_t(w.x)), e4m3x2_to_bf16x2(uint16_t(w.x >> 16)),
+                    e4m3x2_to_bf16x2(uint16_t(w.y)), e4m3x2_to_bf16x2(uint16_t(w.y >> 16)));
+}
+// Eight E4M3 codes times 2^e as eight BF16 values, exactly.
+__device__ inline uint4 e4m3x8_to_bf16x8_scaled(uint2 w, float pow2e) {
+  const uint32_t c[4] = {w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16};
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(c[i]), __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    o[i] = pack_bf16(f.x * pow2e, f.y * pow2e);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// A warp writes one cache row (K or V of KV head h at cache row `row`): lane holds the values of
+// dims idx[i] (idx[i] < 0: none), N per lane, d in all. BF16, or E4M3 codes and the row's exponent.
+template <int N>
+__device__ inline void store_kv_row_warp(const KvLayerView& L, bool is_v, size_t row, int h, const float (&val)[N],
+                                         const int (&idx)[N]) {
+  const size_t base = (row * L.kv_heads + h) * size_t(L.d);
+  if (!L.fp8()) {
+    bf16* dst = (is_v ? L.v : L.k) + base;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (idx[i] >= 0) dst[idx[i]] = __float2bfloat16(val[i]);
+    return;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (idx[i] >= 0) amax = fmaxf(amax, fabsf(val[i]));
+  const int e = kv_row_exponent(warp_max(amax));
+  const float inv = kv_pow2(-e);
+  uint8_t* dst = (is_v ? L.v8 : L.k8) + base;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (idx[i] >= 0) dst[idx[i]] = e4m3_code(val[i] * inv);
+  if ((threadIdx.x & 31) == 0) (is_v ? L.v_exp : L.k_exp)[kv_exp_index(row, h, L.kv_heads)] = int8_t(e);
 }
 
 // (a, b) as two bf16 pairs whose sum carries ~16 significant bits of each value.

@@ -1,4 +1,4 @@
-// Decode attention over the paged BF16 KV cache (attention.cuh paged_attention): split along the
+// Decode attention over the paged BF16 or FP8 KV cache (attention.cuh paged_attention): split along the
 // KV length, on the tensor cores for d = 64 and on the CUDA cores otherwise, with a merge that can
 // quantize its output for the next GEMM (in the attention kernel's tail or as its own kernel).
 #include <algorithm>
@@ -86,9 +86,9 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
   }
 }
 
-template <bool kEarlyKv>
+template <bool kEarlyKv, bool kFp8>
 __global__ void __launch_bounds__(256) paged_decode_tc_kernel(DecodeAttentionArgs args) {
-  paged_decode_tc_body<kEarlyKv>(args, VBlock::this_block(), PdlSync{});
+  paged_decode_tc_body<kEarlyKv, kFp8>(args, VBlock::this_block(), PdlSync{});
 }
 
 // Merges the splits of each (row, head) and writes the fp32 output and/or its 1x128 FP8
@@ -120,6 +120,10 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
   const int group = heads / L.kv_heads;
   const float scale_log2 = scale * kLog2e;  // the kernels' scores are base 2
   const dim3 grid(unsigned(L.kv_heads), unsigned(rows), unsigned(splits));
+  if (L.fp8() && !(L.d == 64 && group <= 16 && L.page_table))
+    fail_plain("paged_attention: the FP8 KV cache runs on the tensor-core kernel only (head_dim 64, up to 16 query "
+               "heads per KV head, page tables); this layer has head_dim " + std::to_string(L.d) + ", " +
+               std::to_string(group) + " heads per KV head" + (L.page_table ? "" : ", a ring"));
   if (L.d == 64 && group <= 16) {
     int W = 1;
     while (W < kMaxWarpsPerSplit && size_t(rows) * L.kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
@@ -127,7 +131,9 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
     // Early K/V loads for decode steps of up to 8 rows (a warp's one or two tiles are then most of
     // its work; at batch 1 they took 2.50 -> 2.44 ms).
     const bool early = decode_rows && rows <= 8;
-    launch_pdl("attn", early ? paged_decode_tc_kernel<true> : paged_decode_tc_kernel<false>, grid, 32 * W,
+    auto* kernel = L.fp8() ? (early ? paged_decode_tc_kernel<true, true> : paged_decode_tc_kernel<false, true>)
+                           : (early ? paged_decode_tc_kernel<true, false> : paged_decode_tc_kernel<false, false>);
+    launch_pdl("attn", kernel, grid, 32 * W,
                W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s,
                DecodeAttentionArgs{L, q, sinks, slot, pos, heads, window, scale_log2, splits, scratch,
                                    tail ? merge_count : nullptr, out, quant});

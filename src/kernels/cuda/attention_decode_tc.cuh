@@ -1,6 +1,8 @@
 // The tensor-core decode attention's body (attention_decode.cu launches it as its own kernel; the
 // persistent decode kernel runs it as a phase): internal to kernels/cuda.
 #pragma once
+#include <type_traits>
+
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/phase_sync.cuh"
@@ -22,6 +24,11 @@ __device__ inline float* partial_at(float* scratch, int r, int h, int heads, int
 // thread loads 16 contiguous bytes of a key (dims 32j + 8c .. + 7 feed k-steps 2j, 2j + 1) and of
 // a value row (dims 8g .. 8g + 7 are the output columns g of the 8 n-tiles), with Q and the
 // output permuted to match. Splits cover whole tiles; the sink enters split 0 only.
+// kFp8 (the FP8 cache, page tables): the same fragments as 8 E4M3 codes (8 bytes) each, made BF16
+// at use (exact); a lane also loads the row exponents of keys 2 lane and 2 lane + 1 of the tile,
+// and the scores and the weights of the keys it holds are scaled by them (a key's 2^e_k on its
+// score, its value row's 2^e_v on its weight P before P meets V; the sum l takes P unscaled).
+// Powers of two: the same values as BF16 codes times 2^e would give.
 constexpr int kDecKeys = 64;
 static_assert(kDecKeys == kPage, "a decode tile is one page");
 
@@ -72,7 +79,7 @@ struct DecodeAttentionArgs {
   Quantized1x128 quant;
 };
 
-template <bool kEarlyKv, class Sync>
+template <bool kEarlyKv, bool kFp8 = false, class Sync>
 __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBlock blk, const Sync& sync) {
   const KvLayerView& L = args.L;
   const float* q = args.q;
@@ -99,29 +106,46 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
   auto valid = [&](int key) { return key >= first && key <= pos; };
 
   // Tile t's keys and values straight into MMA fragments, one memory round trip.
-  uint4 kf[8][2], vf[4][4];
+  using Frag = std::conditional_t<kFp8, uint2, uint4>;  // 8 values: E4M3 codes or BF16
+  Frag kf[8][2], vf[4][4];
+  uint32_t ex = 0;  // kFp8: exponents of keys 2 lane, 2 lane + 1: K in bytes 0, 1, V in bytes 2, 3
+  auto load_frag = [&](const void* p, bool ok) -> Frag {
+    if constexpr (kFp8) return ok ? __ldcg(reinterpret_cast<const uint2*>(p)) : make_uint2(0, 0);
+    else return ok ? __ldcg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+  };
   auto load_tile = [&](int t) {
     const int j0 = t * kDecKeys;
     const size_t page_row = L.page_table ? size_t(__ldcg(L.page_table + size_t(slot) * L.max_pages + t)) * kPage : 0;
     auto row_of = [&](int key) -> size_t {
       return L.page_table ? page_row + (key - j0) : size_t(slot) * L.ring + (key % L.ring);
     };
+    auto at = [&](bool is_v, int key, int dim) -> const void* {
+      const size_t i = row_of(key) * kvn + size_t(g_kv) * D + dim;
+      if constexpr (kFp8) return (is_v ? L.v8 : L.k8) + i;
+      else return (is_v ? L.v : L.k) + i;
+    };
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const int key = j0 + n * 8 + g;
-      const bf16* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
-        kf[n][j] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(kp + 32 * j)) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < 2; ++j) kf[n][j] = load_frag(at(false, key, 8 * c + 32 * j), valid(key));
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
-        vf[kk][i] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(L.v + row_of(key) * kvn + size_t(g_kv) * D + 8 * g))
-                               : make_uint4(0, 0, 0, 0);
+        vf[kk][i] = load_frag(at(true, key, 8 * g), valid(key));
       }
+    if constexpr (kFp8) {  // page tables only (the launcher's condition): a tile is one page
+      const size_t e0 = kv_exp_index(page_row, g_kv, L.kv_heads) + 2 * lane;
+      ex = uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.k_exp + e0))) |
+           (uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.v_exp + e0))) << 16);
+    }
+  };
+  auto to_bf16 = [](const Frag& f) -> uint4 {
+    if constexpr (kFp8) return e4m3x8_to_bf16x8(f);
+    else return f;
   };
   // kEarlyKv (decode rows: the kernel before wrote only each row's own newest position): a warp's
   // first tile, when it is not the tile of that position, holds keys of earlier steps only and is
@@ -168,19 +192,38 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint4& w = kf[n][ks >> 1];
-        const uint32_t b0 = (ks & 1) ? w.z : w.x, b1 = (ks & 1) ? w.w : w.y;
-        mma_bf16_16816(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
-        mma_bf16_16816(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+      for (int j = 0; j < 2; ++j) {
+        const uint4 w = to_bf16(kf[n][j]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int ks = 2 * j + h;
+          const uint32_t b0 = h ? w.z : w.x, b1 = h ? w.w : w.y;
+          mma_bf16_16816(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+          mma_bf16_16816(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+        }
       }
     }
+    // kFp8: the exponents of this thread's keys 8n + 2c + {0, 1} (lane 4n + c loaded them).
+    uint32_t exn[8];
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) exn[n] = __shfl_sync(0xffffffffu, ex, 4 * n + c);
+    }
+    auto exp_of = [&](int n, int e, bool is_v) { return int(int8_t(exn[n] >> (8 * ((e & 1) + (is_v ? 2 : 0))))); };
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kFp8) s[n][e] *= kv_pow2(exp_of(n, e, false));
         if (!valid(j0 + n * 8 + 2 * c + (e & 1))) s[n][e] = -INFINITY;
+      }
     online_softmax_tile(s, m, l, acc, 1.0f);
+    if constexpr (kFp8) {  // each weight times its value row's 2^e_v
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= kv_pow2(exp_of(n, e, true));
+    }
     // O += P V: P's A fragments straight from S (keys 16kk + 2c (+1) and + 8), hi + lo.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -189,10 +232,11 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
       split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
       split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&vf[kk][0]);
-      const uint32_t* v1 = reinterpret_cast<const uint32_t*>(&vf[kk][1]);
-      const uint32_t* v2 = reinterpret_cast<const uint32_t*>(&vf[kk][2]);
-      const uint32_t* v3 = reinterpret_cast<const uint32_t*>(&vf[kk][3]);
+      const uint4 w0 = to_bf16(vf[kk][0]), w1 = to_bf16(vf[kk][1]), w2 = to_bf16(vf[kk][2]), w3 = to_bf16(vf[kk][3]);
+      const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&w0);
+      const uint32_t* v1 = reinterpret_cast<const uint32_t*>(&w1);
+      const uint32_t* v2 = reinterpret_cast<const uint32_t*>(&w2);
+      const uint32_t* v3 = reinterpret_cast<const uint32_t*>(&w3);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {  // output column g of n-tile nt = dim 8g + nt
         const uint32_t sel = (nt & 1) ? 0x7632u : 0x5410u;

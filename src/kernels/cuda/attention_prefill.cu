@@ -1,5 +1,5 @@
 // Prefill attention on the tensor cores (attention.cuh flash_prefill): FlashAttention-2 over the
-// paged BF16 cache, with the sink and the sliding window, split over the keys when a chunk's
+// paged BF16 or FP8 cache, with the sink and the sliding window, split over the keys when a chunk's
 // queries alone cannot fill the GPU.
 #include <algorithm>
 
@@ -41,9 +41,43 @@ __device__ inline void load_kv_tile(FaTile& t, const KvLayerView& L, int slot, i
   }
 }
 
+// The FP8 cache's tiles (kFp8): each thread's two pieces of 8 keys' or values' codes and their
+// rows' exponents, loaded into registers one tile ahead and stored into the shared tile as BF16
+// (codes times 2^e: exact) after the current tile's products, so that the loads overlap them as
+// cp.async's do for BF16. Zeros outside [lo, hi], as load_kv_tile's. Page tables only.
+struct KvFp8Stage {
+  static constexpr int kPieces = kFaKeys * kFaD / 8 / kFaThreads;
+  uint2 k[kPieces], v[kPieces];
+  int ek[kPieces], ev[kPieces];
+  __device__ void load(const KvLayerView& L, int slot, int g_kv, int j0, int lo, int hi) {
+    const int kvn = L.kv_heads * kFaD;
+    const size_t page_row = size_t(L.page_table[size_t(slot) * L.max_pages + j0 / kPage]) * kPage;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const int p = threadIdx.x + i * kFaThreads, key = p >> 3, d0 = (p & 7) * 8, j = j0 + key;
+      const bool ok = j >= lo && j <= hi;
+      const size_t row = page_row + key, at = row * kvn + size_t(g_kv) * kFaD + d0;
+      const size_t e = kv_exp_index(row, g_kv, L.kv_heads);
+      k[i] = ok ? *reinterpret_cast<const uint2*>(L.k8 + at) : make_uint2(0, 0);
+      v[i] = ok ? *reinterpret_cast<const uint2*>(L.v8 + at) : make_uint2(0, 0);
+      ek[i] = ok ? L.k_exp[e] : 0;
+      ev[i] = ok ? L.v_exp[e] : 0;
+    }
+  }
+  __device__ void store(FaTile& t) const {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const int p = threadIdx.x + i * kFaThreads, key = p >> 3, d0 = (p & 7) * 8;
+      *reinterpret_cast<uint4*>(&t.k[key][d0]) = e4m3x8_to_bf16x8_scaled(k[i], kv_pow2(ek[i]));
+      *reinterpret_cast<uint4*>(&t.v[key][d0]) = e4m3x8_to_bf16x8_scaled(v[i], kv_pow2(ev[i]));
+    }
+  }
+};
+
 // Split-KV (gridDim.z = splits > 1): split z takes its share of the block's key tiles and writes
 // its unnormalized partial state to `part` [T][heads][splits][d + 2] (acc, then m and l, base 2);
 // only split 0 owns the sink. flash_merge_kernel combines them.
+template <bool kFp8>
 __global__ void __launch_bounds__(kFaThreads, 2)
     flash_prefill_kernel(KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot, int p0,
                          float* __restrict__ out, int T, int heads, int window, float scale_log2,
@@ -97,14 +131,27 @@ __global__ void __launch_bounds__(kFaThreads, 2)
   const unsigned v_addr = unsigned(__cvta_generic_to_shared(&tiles[0].v[(mi & 1) * 8 + mr][(mi >> 1) * 8]));
   constexpr unsigned kStage = sizeof(FaTile);
 
-  if (ta < tb) load_kv_tile(tiles[0], L, slot, g_kv, ta * kFaKeys, key_begin, key_end);
-  cp_async_commit();
+  [[maybe_unused]] KvFp8Stage stage;
+  if constexpr (kFp8) {
+    if (ta < tb) {
+      stage.load(L, slot, g_kv, ta * kFaKeys, key_begin, key_end);
+      stage.store(tiles[0]);
+    }
+    __syncthreads();
+  } else {
+    if (ta < tb) load_kv_tile(tiles[0], L, slot, g_kv, ta * kFaKeys, key_begin, key_end);
+    cp_async_commit();
+  }
   for (int t = ta; t < tb; ++t) {
     const int j0 = t * kFaKeys, st = (t - ta) & 1;
-    if (t + 1 < tb) load_kv_tile(tiles[st ^ 1], L, slot, g_kv, j0 + kFaKeys, key_begin, key_end);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+    if constexpr (kFp8) {
+      if (t + 1 < tb) stage.load(L, slot, g_kv, j0 + kFaKeys, key_begin, key_end);
+    } else {
+      if (t + 1 < tb) load_kv_tile(tiles[st ^ 1], L, slot, g_kv, j0 + kFaKeys, key_begin, key_end);
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+    }
     // S = Q K^T (16 rows x 64 keys per warp): one ldmatrix.x4 gives two k-steps of an n-tile.
     float s[8][4];
 #pragma unroll
@@ -146,9 +193,12 @@ __global__ void __launch_bounds__(kFaThreads, 2)
         mma_bf16_16816(acc[2 * np + 1], a0, a1, a2, a3, b[2], b[3]);
       }
     }
-    __syncthreads();  // stage st is refilled in the next iteration
+    if constexpr (kFp8) {
+      if (t + 1 < tb) stage.store(tiles[st ^ 1]);  // read last in the previous iteration
+    }
+    __syncthreads();  // stage st is refilled in the next iteration (kFp8: st ^ 1 is read in it)
   }
-  cp_async_wait<0>();
+  if constexpr (!kFp8) cp_async_wait<0>();
   // The quad's shares of l.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -251,8 +301,9 @@ void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int 
   dim3 grid(unsigned(L.kv_heads), unsigned((T + per_block - 1) / per_block), unsigned(splits));
   // The quantization in the epilogue: one split, and 8 query heads a KV head (see the kernel).
   const bool fused_quant = quant.q && splits == 1 && group == 8;
-  flash_prefill_kernel<<<grid, kFaThreads, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e,
-                                                   scratch, fused_quant ? quant : Quantized1x128{});
+  if (L.fp8() && !L.page_table) fail_plain("flash_prefill: the FP8 KV cache needs page tables");
+  (L.fp8() ? flash_prefill_kernel<true> : flash_prefill_kernel<false>)<<<grid, kFaThreads, 0, s>>>(
+      L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e, scratch, fused_quant ? quant : Quantized1x128{});
   OSPREY_CUDA_CHECK(cudaGetLastError());
   if (splits > 1) {
     const size_t n = size_t(T) * heads * kFaD;

@@ -288,7 +288,24 @@ __global__ void fill_random_bf16_kernel(bf16* dst, size_t n, uint64_t seed, floa
   }
 }
 
+__global__ void fill_random_e4m3_kernel(uint8_t* dst, size_t n, uint64_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const uint8_t b = uint8_t(z >> 56);
+    dst[i] = (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;  // never NaN
+  }
+}
+
 }  // namespace
+
+void fill_random_e4m3(uint8_t* dst, size_t n, uint64_t seed, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_e4m3_kernel<<<4096, 256, 0, s>>>(dst, n, seed);
+  check_launch();
+}
 
 void linear_f32_small(const float* W, const float* x, const bf16* bias, float* y, int T, int N, int K, cudaStream_t s) {
   if (T == 0) return;

@@ -73,6 +73,8 @@ void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, bf16* out, int 
 void linear_f32_small(const float* W, const float* x, const bf16* bias, float* y, int T, int N, int K, cudaStream_t s);
 // n bf16 values, uniform in [-amp, amp], from a counter-based hash of (seed, index).
 void fill_random_bf16(bf16* dst, size_t n, uint64_t seed, float amp, cudaStream_t s);
+// n E4M3 codes, uniform over the finite ones, from the same hash.
+void fill_random_e4m3(uint8_t* dst, size_t n, uint64_t seed, cudaStream_t s);
 // out[r] = argmax of logits[r] (lowest index on ties).
 void argmax_rows(const float* logits, int32_t* out, int rows, int V, cudaStream_t s);
 
