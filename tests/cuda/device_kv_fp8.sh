@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The FP8 KV cache (--kv-cache-dtype fp8, issue 14's decode lever) on the GPU machine: the CUDA
+# tests (TEST_FILTER; SKIP_TESTS=1 skips them), compute-sanitizer on SANITIZE (a gtest filter),
+# then `bench --backend cuda` of MODEL (20b or 120b synthetic, written first: the 120b to
+# /dev/shm) with --kv-cache-dtype bf16 and fp8 in this call (BENCH_ARGS), and with FIDELITY set the
+# trained osprey-mini's logits on the KV paths against the CPU fp32 engine (bench/fidelity_paths.py
+# over FID_IDS, `train/data.py --train 10 --test-per-family 4 --seed 1` rendered by `osprey render
+# --reply`, carried in build/fid). Logs to $OUT.
+source "$(dirname "$0")/device_env.sh"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+[ -z "${SKIP_TESTS:-}" ] && timeout ${TESTS_S:-300} bash -c "source $(dirname "$0")/device_env.sh; cuda_tests"
+[ -n "${SANITIZE:-}" ] && sanitize_tests "$SANITIZE"
+if [ -n "${FIDELITY:-}" ]; then
+  mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
+  echo "== osprey-mini: KV paths against the CPU fp32 engine"
+  timeout ${FID_S:-200} python3 bench/fidelity_paths.py $B models/osprey-mini ${FID_IDS:-build/fid/test.ids} ${FID_N:-16} \
+    ${FID_PATHS:-cpu:mxfp4,cpu:mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4:dense=bf16,cuda:fp8:weights=mxfp4:dense=bf16:kv-cache-dtype=fp8} \
+    2>&1 | tee $OUT/fidelity_kv.md
+fi
+MODEL=${MODEL:-20b}
+[ "$MODEL" = "" ] && exit 0
+DIR=$M/$MODEL; [ "$MODEL" = 120b ] && DIR=/dev/shm/120b
+[ -d $DIR ] || ( time $B synth --preset $MODEL --seed 1 --out $DIR --quiet ) 2>&1 | grep -E "real|rror"
+for kv in ${KVS:-bf16 fp8}; do
+  echo "== $MODEL --kv-cache-dtype $kv"
+  timeout ${BENCH_S:-200} $B bench --backend cuda --model $DIR --weights ${WEIGHTS:-mxfp4} --kv-cache-dtype $kv \
+    ${BENCH_ARGS:---prefill-lens 8192 --batches 1,64,128 --contexts 8192 --steps 16} \
+    --json $OUT/bench_${MODEL}_kv_$kv.json > $OUT/bench_${MODEL}_kv_$kv.log 2>&1
+  grep -E "^\||KV blocks|rror" $OUT/bench_${MODEL}_kv_$kv.log | grep -v "^|--" | tail -14
+done
