@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <tuple>
 
@@ -262,13 +263,13 @@ std::vector<float> rand_bf16_exact(size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-// Random keys or values whose rows of d (one position's KV head) span 2^-12 .. 2^12 in scale, and
-// the same rounded as the FP8 cache holds them (kv_fp8::round_row per row).
-std::vector<float> rand_rows(size_t n, int d, uint32_t seed, float scale) {
+// Random keys or values whose rows of d (one position's KV head) span 2^-spread .. 2^spread in
+// scale, and the same rounded as the FP8 cache holds them (kv_fp8::round_row per row).
+std::vector<float> rand_rows(size_t n, int d, uint32_t seed, float scale, int spread = 12) {
   std::vector<float> v = randf(n, seed, scale);
   std::mt19937 rng(seed + 1000);
   for (size_t r = 0; r < n / d; ++r) {
-    const float f = std::ldexp(1.0f, int(rng() % 25) - 12);
+    const float f = std::ldexp(1.0f, int(rng() % uint32_t(2 * spread + 1)) - spread);
     for (int i = 0; i < d; ++i) v[r * d + i] *= f;
   }
   return v;
@@ -287,8 +288,9 @@ struct DeviceKvLayer {
   Dev<int32_t> table;
   cuda::KvLayerView view;
   int ring;
-  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed, bool fp8 = false)
-      : k(fp8 ? 0 : rows(slots, window, ring_, max_pages) * kvh * d), v(k.n),
+  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed, bool fp8 = false,
+                bool paged = false)
+      : k(fp8 ? 0 : rows(slots, paged ? 0 : window, ring_, max_pages) * kvh * d), v(k.n),
         k8(fp8 ? rows(slots, 0, 0, max_pages) * kvh * d : 0), v8(k8.n),
         ke(fp8 ? rows(slots, 0, 0, max_pages) * kvh : 0), ve(ke.n),
         table(page_table(slots, max_pages, seed)), ring(ring_) {
@@ -301,7 +303,7 @@ struct DeviceKvLayer {
     } else {
       view.k = as_dev_bf16(k), view.v = as_dev_bf16(v);
     }
-    if (window && !fp8) view.ring = ring;
+    if (window && !fp8 && !paged) view.ring = ring;
     else view.page_table = table.p, view.max_pages = max_pages;
   }
   // Positions [0, len) of K and V (the last `ring` of them for a ring) into the slot, through kv_write.
@@ -345,7 +347,8 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
       DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 64, fp8);
       for (int s = 0; s < 2; ++s) {
         const size_t n = size_t(lens[s]) * kvh * d;
-        K[s] = fp8 ? rand_rows(n, d, 60 + s, 2.0f) : rand_bf16_exact(n, 60 + s, 2.0f);
+        // fp8: keys within 2^-2 .. 2^2 (wider ones make the softmax one-hot), values 2^-12 .. 2^12.
+        K[s] = fp8 ? rand_rows(n, d, 60 + s, 2.0f, 2) : rand_bf16_exact(n, 60 + s, 2.0f);
         V[s] = fp8 ? rand_rows(n, d, 62 + s, 1.0f) : rand_bf16_exact(n, 62 + s, 1.0f);
         cache.write(s, K[s], V[s], lens[s]);
         if (fp8) K[s] = fp8_rounded_rows(K[s], d), V[s] = fp8_rounded_rows(V[s], d);
@@ -361,6 +364,16 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
       cuda::paged_attention(cache.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out.p, R, heads, window, 0.125f, splits,
                             scratch.p, nullptr);
       auto got = out.get();
+      if (fp8) {
+        // The BF16 cache holding the values the FP8 one does (exactly: codes times powers of two)
+        // gives the same bits: the kernel's scalings of scores and weights are exact.
+        DeviceKvLayer same(2, kvh, d, window, ring, max_pages, 64, false, /*paged=*/true);
+        for (int s = 0; s < 2; ++s) same.write(s, K[s], V[s], lens[s]);
+        Dev<float> out16(q.size());
+        cuda::paged_attention(same.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out16.p, R, heads, window, 0.125f,
+                              splits, scratch.p, nullptr);
+        ASSERT_EQ(got, out16.get()) << "window " << window << " splits " << splits;
+      }
       std::vector<float> ref(q.size());
       for (int r = 0; r < R; ++r) {
         HostKv kv(K[slot[r]], V[slot[r]], kvh, d);
@@ -410,11 +423,18 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
 void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kvh = 8, bool fp8 = false) {
   const int d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
   const size_t n = size_t(len) * kvh * d;
-  std::vector<float> K = fp8 ? rand_rows(n, d, 80, 2.0f) : rand_bf16_exact(n, 80, 2.0f),
+  // Keys within 2^-2 .. 2^2 of the BF16 case's scale: Q enters as one BF16, and larger scores
+  // would amplify its rounding past the tolerance (the decode kernel's hi + lo pairs do not).
+  std::vector<float> K = fp8 ? rand_rows(n, d, 80, 2.0f, 2) : rand_bf16_exact(n, 80, 2.0f),
                      V = fp8 ? rand_rows(n, d, 81, 1.0f) : rand_bf16_exact(n, 81, 1.0f);
   DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82, fp8);
   cache.write(1, K, V, len);
   if (fp8) K = fp8_rounded_rows(K, d), V = fp8_rounded_rows(V, d);
+  std::unique_ptr<DeviceKvLayer> same;  // fp8: a BF16 cache of the same values (exact)
+  if (fp8) {
+    same = std::make_unique<DeviceKvLayer>(2, kvh, d, window, ring, max_pages, 82, false, /*paged=*/true);
+    same->write(1, K, V, len);
+  }
   auto q = randf(size_t(T) * heads * d, 83, 2.0f);
   auto sinks = randbf(heads, 84, 2.0f);
   Dev<float> dq(q), out(q.size());
@@ -422,6 +442,12 @@ void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kv
   Dev<float> scratch(size_t(T) * heads * splits * (d + 2));
   cuda::flash_prefill(cache.view, dq.p, as_dev_bf16(ds), 1, p0, out.p, T, heads, window, 0.125f, nullptr, splits,
                       scratch.p);
+  if (fp8) {  // the tiles the FP8 loader stores are the BF16 cache's values: the same bits
+    Dev<float> out16(q.size());
+    cuda::flash_prefill(same->view, dq.p, as_dev_bf16(ds), 1, p0, out16.p, T, heads, window, 0.125f, nullptr, splits,
+                        scratch.p);
+    ASSERT_EQ(out.get(), out16.get()) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits;
+  }
   if (splits > 1) {
     // Split-KV: the unsplit kernel's result up to P's BF16 rounding, which each split takes
     // against its own running maximum (measured 1.1e-3 to 1.6e-3 relative for 2 to 32 splits; the

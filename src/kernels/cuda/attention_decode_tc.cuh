@@ -107,13 +107,16 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 
   // Tile t's keys and values straight into MMA fragments, one memory round trip.
   using Frag = std::conditional_t<kFp8, uint2, uint4>;  // 8 values: E4M3 codes or BF16
-  Frag kf[8][2], vf[4][4];
-  uint32_t ex = 0;  // kFp8: exponents of keys 2 lane, 2 lane + 1: K in bytes 0, 1, V in bytes 2, 3
+  // kFp8: two tiles in flight a warp (their fragments take the registers one BF16 tile's do), so
+  // that a warp has as many bytes in flight as with BF16 while it converts and multiplies.
+  constexpr int kBuf = kFp8 ? 2 : 1;
+  Frag kf[kBuf][8][2], vf[kBuf][4][4];
+  uint32_t ex[kBuf] = {};  // kFp8: exponents of keys 2 lane, 2 lane + 1: K in bytes 0, 1, V in bytes 2, 3
   auto load_frag = [&](const void* p, bool ok) -> Frag {
     if constexpr (kFp8) return ok ? __ldcg(reinterpret_cast<const uint2*>(p)) : make_uint2(0, 0);
     else return ok ? __ldcg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
   };
-  auto load_tile = [&](int t) {
+  auto load_tile = [&]<int B>(int t) {
     const int j0 = t * kDecKeys;
     const size_t page_row = L.page_table ? size_t(__ldcg(L.page_table + size_t(slot) * L.max_pages + t)) * kPage : 0;
     auto row_of = [&](int key) -> size_t {
@@ -128,18 +131,18 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     for (int n = 0; n < 8; ++n) {
       const int key = j0 + n * 8 + g;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) kf[n][j] = load_frag(at(false, key, 8 * c + 32 * j), valid(key));
+      for (int j = 0; j < 2; ++j) kf[B][n][j] = load_frag(at(false, key, 8 * c + 32 * j), valid(key));
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
-        vf[kk][i] = load_frag(at(true, key, 8 * g), valid(key));
+        vf[B][kk][i] = load_frag(at(true, key, 8 * g), valid(key));
       }
     if constexpr (kFp8) {  // page tables only (the launcher's condition): a tile is one page
       const size_t e0 = kv_exp_index(page_row, g_kv, L.kv_heads) + 2 * lane;
-      ex = uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.k_exp + e0))) |
+      ex[B] = uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.k_exp + e0))) |
            (uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.v_exp + e0))) << 16);
     }
   };
@@ -154,7 +157,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
   // spill against 243) that the large batches, with many tiles per warp, do not get back.
   const int t_first = ta + warp;
   const bool early = kEarlyKv && t_first < tb && t_first < tile_hi - 1;
-  if (early) load_tile(t_first);
+  if (early) load_tile.template operator()<0>(t_first);
   sync.wait();  // q and the newest K/V come from the kernel before: coherent (.cg) loads only
   sync.release();
 
@@ -182,9 +185,9 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 #pragma unroll
   for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, head_r[i], sink_here && ok_r[i], c == 0);
 
-  for (int t = t_first; t < tb; t += W) {
+  // One tile of the online softmax, from buffer B.
+  auto tile = [&]<int B>(int t) {
     const int j0 = t * kDecKeys;
-    if (t != t_first || !early) load_tile(t);
     // S = (Q K^T) * scale_log2: rows g (s[n][0..1]) and g + 8 (s[n][2..3]), keys j0 + 8n + 2c + {0,1}.
     float s[8][4];
 #pragma unroll
@@ -193,7 +196,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const uint4 w = to_bf16(kf[n][j]);
+        const uint4 w = to_bf16(kf[B][n][j]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int ks = 2 * j + h;
@@ -207,7 +210,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     uint32_t exn[8];
     if constexpr (kFp8) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n) exn[n] = __shfl_sync(0xffffffffu, ex, 4 * n + c);
+      for (int n = 0; n < 8; ++n) exn[n] = __shfl_sync(0xffffffffu, ex[B], 4 * n + c);
     }
     auto exp_of = [&](int n, int e, bool is_v) { return int(int8_t(exn[n] >> (8 * ((e & 1) + (is_v ? 2 : 0))))); };
 #pragma unroll
@@ -232,7 +235,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
       split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
       split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      const uint4 w0 = to_bf16(vf[kk][0]), w1 = to_bf16(vf[kk][1]), w2 = to_bf16(vf[kk][2]), w3 = to_bf16(vf[kk][3]);
+      const uint4 w0 = to_bf16(vf[B][kk][0]), w1 = to_bf16(vf[B][kk][1]), w2 = to_bf16(vf[B][kk][2]),
+                  w3 = to_bf16(vf[B][kk][3]);
       const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&w0);
       const uint32_t* v1 = reinterpret_cast<const uint32_t*>(&w1);
       const uint32_t* v2 = reinterpret_cast<const uint32_t*>(&w2);
@@ -244,6 +248,16 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
         mma_bf16_16816(acc[nt], ph[0], ph[1], ph[2], ph[3], b0, b1);
         mma_bf16_16816(acc[nt], pl[0], pl[1], pl[2], pl[3], b0, b1);
       }
+    }
+  };
+  for (int t = t_first; t < tb; t += kBuf * W) {
+    if (t != t_first || !early) load_tile.template operator()<0>(t);
+    if constexpr (kBuf == 2) {
+      if (t + W < tb) load_tile.template operator()<1>(t + W);
+    }
+    tile.template operator()<0>(t);
+    if constexpr (kBuf == 2) {
+      if (t + W < tb) tile.template operator()<1>(t + W);
     }
   }
 #pragma unroll
