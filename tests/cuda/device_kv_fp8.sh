@@ -17,6 +17,22 @@ if [ -n "${FIDELITY:-}" ]; then
     ${FID_PATHS:-cpu:mxfp4,cpu:mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4:dense=bf16,cuda:fp8:weights=mxfp4:dense=bf16:kv-cache-dtype=fp8} \
     2>&1 | tee $OUT/fidelity_kv.md
 fi
+if [ -n "${COMPARE:-}" ]; then
+  # One dialogue's logits, the GPU's FP8-expert path with the skinny kernel (the emulation's sums up
+  # to order) against its CPU emulation, with each KV cache: the FP8 cache must move both alike.
+  mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
+  TOK=$(python3 -c "import json; print(','.join(map(str, json.loads(open('${FID_IDS:-build/fid/test.ids}').readline())['ids'])))")
+  for kv in bf16 fp8; do
+    $B logits --backend cuda --weights fp8 --no-cublaslt --kv-cache-dtype $kv --model models/osprey-mini --tokens $TOK --out /tmp/g_$kv.npy 2>/dev/null
+    $B --threads 16 logits --precision fp8 --kv-cache-dtype $kv --model models/osprey-mini --tokens $TOK --out /tmp/c_$kv.npy 2>/dev/null
+  done
+  python3 -c "
+import numpy as np
+g8, g16, c8, c16 = (np.load(f'/tmp/{n}.npy').astype(np.float64) for n in ('g_fp8', 'g_bf16', 'c_fp8', 'c_bf16'))
+r = lambda a, b: np.linalg.norm(a - b) / np.linalg.norm(b)
+print(f'positions {g8.shape[0]}: gpu-cpu with fp8 KV {r(g8, c8):.3e}, with bf16 KV {r(g16, c16):.3e}; fp8 against bf16 KV: gpu {r(g8, g16):.3e}, cpu {r(c8, c16):.3e}')
+print(f'argmax: gpu fp8 vs cpu fp8 {(g8.argmax(1) == c8.argmax(1)).mean():.4f}, gpu bf16 vs cpu bf16 {(g16.argmax(1) == c16.argmax(1)).mean():.4f}')" | tee $OUT/compare_kv.txt
+fi
 MODEL=${MODEL:-20b}
 [ "$MODEL" = "" ] && exit 0
 DIR=$M/$MODEL; [ "$MODEL" = 120b ] && DIR=/dev/shm/120b

@@ -130,8 +130,10 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
     const bool tail = merge_count && group * L.d % 128 == 0;
     // Early K/V loads for decode steps of up to 8 rows (a warp's one or two tiles are then most of
     // its work; at batch 1 they took 2.50 -> 2.44 ms).
-    const bool early = decode_rows && rows <= 8;
-    auto* kernel = L.fp8() ? (early ? paged_decode_tc_kernel<true, true> : paged_decode_tc_kernel<false, true>)
+    // Not with the FP8 cache: its two tiles in flight take the registers (255 and a spill with
+    // the early loads; 20b at 8k, batch 1: 2.62 ms a step against 2.37 with BF16).
+    const bool early = decode_rows && rows <= 8 && !L.fp8();
+    auto* kernel = L.fp8() ? paged_decode_tc_kernel<false, true>
                            : (early ? paged_decode_tc_kernel<true, false> : paged_decode_tc_kernel<false, false>);
     launch_pdl("attn", kernel, grid, 32 * W,
                W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s,
