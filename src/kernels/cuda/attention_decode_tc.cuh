@@ -122,24 +122,41 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     auto row_of = [&](int key) -> size_t {
       return L.page_table ? page_row + (key - j0) : size_t(slot) * L.ring + (key % L.ring);
     };
-    auto at = [&](bool is_v, int key, int dim) -> const void* {
-      const size_t i = row_of(key) * kvn + size_t(g_kv) * D + dim;
-      if constexpr (kFp8) return (is_v ? L.v8 : L.k8) + i;
-      else return (is_v ? L.v : L.k) + i;
-    };
+    if constexpr (kFp8) {
+      auto at = [&](bool is_v, int key, int dim) -> const void* {
+        return (is_v ? L.v8 : L.k8) + row_of(key) * kvn + size_t(g_kv) * D + dim;
+      };
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const int key = j0 + n * 8 + g;
+      for (int n = 0; n < 8; ++n) {
+        const int key = j0 + n * 8 + g;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) kf[B][n][j] = load_frag(at(false, key, 8 * c + 32 * j), valid(key));
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
-        vf[B][kk][i] = load_frag(at(true, key, 8 * g), valid(key));
+        for (int j = 0; j < 2; ++j) kf[B][n][j] = load_frag(at(false, key, 8 * c + 32 * j), valid(key));
       }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
+          vf[B][kk][i] = load_frag(at(true, key, 8 * g), valid(key));
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int key = j0 + n * 8 + g;
+        const bf16* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          kf[B][n][j] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(kp + 32 * j)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
+          vf[B][kk][i] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(L.v + row_of(key) * kvn + size_t(g_kv) * D + 8 * g))
+                                    : make_uint4(0, 0, 0, 0);
+        }
+    }
     if constexpr (kFp8) {  // page tables only (the launcher's condition): a tile is one page
       const size_t e0 = kv_exp_index(page_row, g_kv, L.kv_heads) + 2 * lane;
       ex[B] = uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.k_exp + e0))) |
@@ -194,20 +211,30 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+      if constexpr (kFp8) {  // each fragment made BF16 once, for its two k-steps
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint4 w = to_bf16(kf[B][n][j]);
+        for (int j = 0; j < 2; ++j) {
+          const uint4 w = to_bf16(kf[B][n][j]);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int ks = 2 * j + h;
-          const uint32_t b0 = h ? w.z : w.x, b1 = h ? w.w : w.y;
+          for (int h = 0; h < 2; ++h) {
+            const int ks = 2 * j + h;
+            const uint32_t b0 = h ? w.z : w.x, b1 = h ? w.w : w.y;
+            mma_bf16_16816(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+            mma_bf16_16816(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint4& w = kf[B][n][ks >> 1];
+          const uint32_t b0 = (ks & 1) ? w.z : w.x, b1 = (ks & 1) ? w.w : w.y;
           mma_bf16_16816(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
           mma_bf16_16816(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
         }
       }
     }
     // kFp8: the exponents of this thread's keys 8n + 2c + {0, 1} (lane 4n + c loaded them).
-    uint32_t exn[8];
+    uint32_t exn[8] = {};
     if constexpr (kFp8) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) exn[n] = __shfl_sync(0xffffffffu, ex[B], 4 * n + c);
