@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "formats/fp8.h"
 
@@ -45,11 +44,16 @@ inline float pow2(int e) {
   return f;
 }
 
-// One row of d values: codes[d] and its exponent.
-inline int8_t quantize_row(const float* x, int d, uint8_t* codes) {
+// The exponent of a row of d values.
+inline int row_exponent(const float* x, int d) {
   float amax = 0.0f;
   for (int i = 0; i < d; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const int e = row_exponent(amax);
+  return row_exponent(amax);
+}
+
+// One row of d values: codes[d] and its exponent.
+inline int8_t quantize_row(const float* x, int d, uint8_t* codes) {
+  const int e = row_exponent(x, d);
   const float inv = pow2(-e);
   for (int i = 0; i < d; ++i) codes[i] = fp8::from_f32(x[i] * inv);
   return int8_t(e);
@@ -59,9 +63,9 @@ inline float dequantize(uint8_t code, int e) { return fp8::to_f32(code) * pow2(e
 
 // What the cache holds of a row: x rounded through its codes in place (the CPU emulation).
 inline void round_row(float* x, int d) {
-  std::vector<uint8_t> codes(static_cast<size_t>(d));
-  const int e = quantize_row(x, d, codes.data());
-  for (int i = 0; i < d; ++i) x[i] = dequantize(codes[size_t(i)], e);
+  const int e = row_exponent(x, d);
+  const float inv = pow2(-e);
+  for (int i = 0; i < d; ++i) x[i] = dequantize(fp8::from_f32(x[i] * inv), e);
 }
 
 }  // namespace osprey::kv_fp8

@@ -402,12 +402,11 @@ struct GptOssCudaFp8::Impl {
         const size_t codes = size_t(total_pages) * cuda::kPage * KV, exps = size_t(total_pages) * cuda::kPage * cfg.num_kv_heads;
         kstore8.emplace_back(codes), vstore8.emplace_back(codes);
         kexp.emplace_back(exps), vexp.emplace_back(exps);
-        // Rows never written (a page's tail, the padding rows' page 0) are read and masked: zero
-        // exponents keep their scores and weights finite.
+        // A decode tile reads the exponents of all its 64 rows, written or not (a page's tail, the
+        // padding rows' page 0), and masks those: zero exponents keep their scores and weights
+        // finite. Codes of unwritten rows are never loaded (the kernels zero them), as in BF16.
         OSPREY_CUDA_CHECK(cudaMemset(kexp.back().ptr, 0, exps));
         OSPREY_CUDA_CHECK(cudaMemset(vexp.back().ptr, 0, exps));
-        OSPREY_CUDA_CHECK(cudaMemset(kstore8.back().ptr, 0, codes));
-        OSPREY_CUDA_CHECK(cudaMemset(vstore8.back().ptr, 0, codes));
       } else {
         kstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);
         vstore.emplace_back(size_t(total_pages) * cuda::kPage * KV);

@@ -306,6 +306,14 @@ struct DeviceKvLayer {
     if (window && !fp8 && !paged) view.ring = ring;
     else view.page_table = table.p, view.max_pages = max_pages;
   }
+  // Paged: the cache row of position p of `slot` (table: this layer's page table, read back), and
+  // where that row's exponent of KV head h lives in the FP8 cache (kv_exp_index).
+  size_t row_of(const std::vector<int32_t>& table, int slot, int p) const {
+    return size_t(table[size_t(slot) * view.max_pages + p / cuda::kPage]) * cuda::kPage + p % cuda::kPage;
+  }
+  size_t exp_index(size_t row, int h) const {
+    return (row / cuda::kPage * view.kv_heads + h) * cuda::kPage + row % cuda::kPage;
+  }
   // Positions [0, len) of K and V (the last `ring` of them for a ring) into the slot, through kv_write.
   void write(int slot, const std::vector<float>& K, const std::vector<float>& V, int len) {
     const size_t row = size_t(view.kv_heads) * view.d;
@@ -528,8 +536,8 @@ TEST(CudaFp8, KvWriteFp8IsTheRowQuantization) {
     std::vector<uint8_t> codes(d);
     for (int p = 0; p < len; ++p)
       for (int h = 0; h < kvh; ++h) {
-        const size_t row = size_t(table[size_t(1) * max_pages + p / 64]) * 64 + p % 64;
-        const size_t at = (row * kvh + h) * d, ei = (row / 64 * kvh + h) * 64 + row % 64;
+        const size_t row = cache.row_of(table, 1, p);
+        const size_t at = (row * kvh + h) * d, ei = cache.exp_index(row, h);
         for (auto [src, got, exps] : {std::tuple{&K, &k8, &ke}, std::tuple{&V, &v8, &ve}}) {
           const int e = kv_fp8::quantize_row(src->data() + (size_t(p) * kvh + h) * d, d, codes.data());
           ASSERT_EQ(int((*exps)[ei]), e) << "d " << d << " position " << p << " head " << h;
@@ -657,26 +665,42 @@ TEST_P(Fp8Tokens, RmsNormQuantizeEqualsNormThenQuantize) {
     for (int t = 0; t < T; ++t) ASSERT_EQ(a[size_t(kb) * ld + t], b[size_t(kb) * ld + t]);
 }
 
-TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
-  const int T = GetParam(), heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d, max_pages = 8;
-  auto qkv = randf(size_t(T) * W, 102, 3.0f);
-  std::vector<float> q(size_t(T) * heads * d), k(size_t(T) * kvh * d), v(k.size());
-  for (int t = 0; t < T; ++t) {
-    std::copy_n(&qkv[size_t(t) * W], heads * d, &q[size_t(t) * heads * d]);
-    std::copy_n(&qkv[size_t(t) * W + heads * d], kvh * d, &k[size_t(t) * kvh * d]);
-    std::copy_n(&qkv[size_t(t) * W + (heads + kvh) * d], kvh * d, &v[size_t(t) * kvh * d]);
+// T fused QKV rows (positions 100, 103, ... of slot 1) written to the cache both ways: rotated by
+// cuda::rope (q into dq) and written by kv_write into `a`, and by qkv_rope_to_cache (q into q2)
+// into `b`; fp8: both caches FP8.
+struct RopeToCacheRun {
+  static constexpr int heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d, max_pages = 8;
+  std::vector<int32_t> pos;
+  Dev<float> dq, q2;
+  DeviceKvLayer a, b;
+  RopeToCacheRun(int T, uint32_t seed, uint32_t table_seed, bool fp8)
+      : pos(T), dq(size_t(T) * heads * d), q2(dq.n), a(2, kvh, d, 0, 0, max_pages, table_seed, fp8),
+        b(2, kvh, d, 0, 0, max_pages, table_seed, fp8) {
+    auto qkv = randf(size_t(T) * W, seed, 3.0f);
+    std::vector<float> q(size_t(T) * heads * d), k(size_t(T) * kvh * d), v(k.size());
+    for (int t = 0; t < T; ++t) {
+      std::copy_n(&qkv[size_t(t) * W], heads * d, &q[size_t(t) * heads * d]);
+      std::copy_n(&qkv[size_t(t) * W + heads * d], kvh * d, &k[size_t(t) * kvh * d]);
+      std::copy_n(&qkv[size_t(t) * W + (heads + kvh) * d], kvh * d, &v[size_t(t) * kvh * d]);
+    }
+    std::vector<int32_t> slot(T, 1);
+    for (int t = 0; t < T; ++t) pos[t] = 100 + 3 * t;  // within 8 pages of 64
+    std::vector<float> inv(d / 2);
+    for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(150000.0f, -2.0f * i / d);
+    Dev<float> dqkv(qkv), dk(k), dv(v), dinv(inv);
+    OSPREY_CUDA_CHECK(cudaMemcpy(dq.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+    Dev<int32_t> dpos(pos), dslot(slot);
+    cuda::rope(dq.p, dpos.p, dinv.p, 1.3f, T, heads, d, nullptr);
+    cuda::rope(dk.p, dpos.p, dinv.p, 1.3f, T, kvh, d, nullptr);
+    cuda::kv_write(a.view, dk.p, dv.p, dslot.p, dpos.p, T, nullptr);
+    cuda::qkv_rope_to_cache(b.view, dqkv.p, dslot.p, dpos.p, dinv.p, 1.3f, T, heads, q2.p, nullptr);
   }
-  std::vector<int32_t> pos(T), slot(T, 1);
-  for (int t = 0; t < T; ++t) pos[t] = 100 + 3 * t;  // within 8 pages of 64
-  std::vector<float> inv(d / 2);
-  for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(150000.0f, -2.0f * i / d);
-  Dev<float> dqkv(qkv), dq(q), dk(k), dv(v), q2(q.size()), dinv(inv);
-  Dev<int32_t> dpos(pos), dslot(slot);
-  DeviceKvLayer a(2, kvh, d, 0, 0, max_pages, 90), b(2, kvh, d, 0, 0, max_pages, 90);
-  cuda::rope(dq.p, dpos.p, dinv.p, 1.3f, T, heads, d, nullptr);
-  cuda::rope(dk.p, dpos.p, dinv.p, 1.3f, T, kvh, d, nullptr);
-  cuda::kv_write(a.view, dk.p, dv.p, dslot.p, dpos.p, T, nullptr);
-  cuda::qkv_rope_to_cache(b.view, dqkv.p, dslot.p, dpos.p, dinv.p, 1.3f, T, heads, q2.p, nullptr);
+};
+
+TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
+  RopeToCacheRun r(GetParam(), 102, 90, false);
+  DeviceKvLayer &a = r.a, &b = r.b;
+  const Dev<float> &q2 = r.q2, &dq = r.dq;
   // The same arithmetic; the compiler may contract it into FMAs differently, so not bit for bit.
   EXPECT_LT(rel_err(q2.get(), dq.get()), 1e-6);
   auto to_f32 = [](const std::vector<bf16>& h) {
@@ -692,25 +716,10 @@ TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
 // bit; the rotated keys agree up to the rotation's FMA contraction, which may move a code by one
 // step (1/16 relative) here and there.
 TEST_P(Fp8Tokens, QkvRopeToCacheFp8EqualsRopeAndKvWrite) {
-  const int T = GetParam(), heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d, max_pages = 8;
-  auto qkv = randf(size_t(T) * W, 103, 3.0f);
-  std::vector<float> q(size_t(T) * heads * d), k(size_t(T) * kvh * d), v(k.size());
-  for (int t = 0; t < T; ++t) {
-    std::copy_n(&qkv[size_t(t) * W], heads * d, &q[size_t(t) * heads * d]);
-    std::copy_n(&qkv[size_t(t) * W + heads * d], kvh * d, &k[size_t(t) * kvh * d]);
-    std::copy_n(&qkv[size_t(t) * W + (heads + kvh) * d], kvh * d, &v[size_t(t) * kvh * d]);
-  }
-  std::vector<int32_t> pos(T), slot(T, 1);
-  for (int t = 0; t < T; ++t) pos[t] = 100 + 3 * t;
-  std::vector<float> inv(d / 2);
-  for (int i = 0; i < d / 2; ++i) inv[i] = std::pow(150000.0f, -2.0f * i / d);
-  Dev<float> dqkv(qkv), dq(q), dk(k), dv(v), q2(q.size()), dinv(inv);
-  Dev<int32_t> dpos(pos), dslot(slot);
-  DeviceKvLayer a(2, kvh, d, 0, 0, max_pages, 91, true), b(2, kvh, d, 0, 0, max_pages, 91, true);
-  cuda::rope(dq.p, dpos.p, dinv.p, 1.3f, T, heads, d, nullptr);
-  cuda::rope(dk.p, dpos.p, dinv.p, 1.3f, T, kvh, d, nullptr);
-  cuda::kv_write(a.view, dk.p, dv.p, dslot.p, dpos.p, T, nullptr);
-  cuda::qkv_rope_to_cache(b.view, dqkv.p, dslot.p, dpos.p, dinv.p, 1.3f, T, heads, q2.p, nullptr);
+  const int T = GetParam(), kvh = RopeToCacheRun::kvh, d = RopeToCacheRun::d;
+  RopeToCacheRun r(T, 103, 91, true);
+  DeviceKvLayer &a = r.a, &b = r.b;
+  const Dev<float> &q2 = r.q2, &dq = r.dq;
   EXPECT_LT(rel_err(q2.get(), dq.get()), 1e-6);
   EXPECT_EQ(b.v8.get(), a.v8.get());
   EXPECT_EQ(b.ve.get(), a.ve.get());
@@ -721,8 +730,7 @@ TEST_P(Fp8Tokens, QkvRopeToCacheFp8EqualsRopeAndKvWrite) {
   std::vector<float> fa, fb;
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < kvh; ++h) {
-      const size_t row = size_t(table[size_t(1) * max_pages + pos[t] / 64]) * 64 + pos[t] % 64;
-      const size_t ei = (row / 64 * kvh + h) * 64 + row % 64;
+      const size_t row = a.row_of(table, 1, r.pos[t]), ei = a.exp_index(row, h);
       for (int i = 0; i < d; ++i) {
         fa.push_back(kv_fp8::dequantize(ka[(row * kvh + h) * d + i], ea[ei]));
         fb.push_back(kv_fp8::dequantize(kb[(row * kvh + h) * d + i], eb[ei]));

@@ -10,6 +10,7 @@
 
 #include <cfloat>
 
+#include "formats/kv_fp8.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -44,30 +45,34 @@ __device__ inline float kv_pow2(int e) { return __uint_as_float(uint32_t(e + 127
 // kv_fp8::row_exponent on the device: the same bit arithmetic.
 __device__ inline int kv_row_exponent(float amax) {
   const uint32_t b = __float_as_uint(amax) & 0x7fffffffu;
-  if ((b >> 23) == 0) return -100;
-  if (b >= 0x7f800000u) return 100;
+  constexpr int lo = kv_fp8::kExpMin, hi = kv_fp8::kExpMax;
+  if ((b >> 23) == 0) return lo;
+  if (b >= 0x7f800000u) return hi;
   const int e = int(b >> 23) - 135 + ((b & 0x7fffffu) > 0x600000u ? 1 : 0);
-  return min(max(e, -100), 100);
+  return min(max(e, lo), hi);
 }
-// Two E4M3 codes (low byte first) as a BF16 pair, exactly (every E4M3 value is an fp16 value).
-__device__ inline uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+// Two E4M3 codes (low byte first) as floats, exactly (every E4M3 value is an fp16 value).
+__device__ inline float2 e4m3x2_to_float2(uint32_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xffffu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+// Two E4M3 codes as a BF16 pair, exactly.
+__device__ inline uint32_t e4m3x2_to_bf16x2(uint32_t codes) {
+  const float2 f = e4m3x2_to_float2(codes);
   return pack_bf16(f.x, f.y);
 }
 // Eight E4M3 codes as eight BF16 values (same order).
 __device__ inline uint4 e4m3x8_to_bf16x8(uint2 w) {
-  return make_uint4(e4m3x2_to_bf16x2(uint16_t(w.x)), e4m3x2_to_bf16x2(uint16_t(w.x >> 16)),
-                    e4m3x2_to_bf16x2(uint16_t(w.y)), e4m3x2_to_bf16x2(uint16_t(w.y >> 16)));
+  return make_uint4(e4m3x2_to_bf16x2(w.x), e4m3x2_to_bf16x2(w.x >> 16), e4m3x2_to_bf16x2(w.y),
+                    e4m3x2_to_bf16x2(w.y >> 16));
 }
 // Eight E4M3 codes times 2^e as eight BF16 values, exactly.
 __device__ inline uint4 e4m3x8_to_bf16x8_scaled(uint2 w, float pow2e) {
-  const uint32_t c[4] = {w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16};
+  const uint32_t c[4] = {w.x, w.x >> 16, w.y, w.y >> 16};
   uint32_t o[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(c[i]), __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const float2 f = e4m3x2_to_float2(c[i]);
     o[i] = pack_bf16(f.x * pow2e, f.y * pow2e);
   }
   return make_uint4(o[0], o[1], o[2], o[3]);

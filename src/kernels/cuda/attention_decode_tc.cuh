@@ -122,6 +122,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     auto row_of = [&](int key) -> size_t {
       return L.page_table ? page_row + (key - j0) : size_t(slot) * L.ring + (key % L.ring);
     };
+    // The BF16 loads keep their own form (addresses under the validity test): written as the
+    // FP8 ones are, the BF16 kernel compiled to other code (233 registers against 254).
     if constexpr (kFp8) {
       auto at = [&](bool is_v, int key, int dim) -> const void* {
         return (is_v ? L.v8 : L.k8) + row_of(key) * kvn + size_t(g_kv) * D + dim;
