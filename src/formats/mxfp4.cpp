@@ -1,6 +1,10 @@
 #include "formats/mxfp4.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+
+#include "formats/fp8.h"
 
 namespace osprey {
 
@@ -36,6 +40,73 @@ void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int ex
 #pragma omp parallel for schedule(dynamic)
   for (int e = 0; e < experts; ++e)
     mxfp4_relayout_tiles(blocks + e * per_b, scales + e * per_s, N, K, tiles + e * per_t);
+}
+
+uint8_t mxfp4_e2m1_to_e4m3(int c, int d) {
+  const uint8_t sign = (c & 8) ? 0x80 : 0;
+  if (d > kMxfp4Fp8ZeroSpan) return sign;
+  return sign | fp8::from_f32(std::ldexp(std::fabs(kE2M1Values[c & 15]), kMxfp4Fp8Shift - d));
+}
+
+int mxfp4_fp8_block_smax(const uint8_t* scales, int N, int K, int block_rows, int rb, int kb) {
+  const int G = K / kMxfp4Group;
+  int smax = 0;
+  for (int n = rb * block_rows; n < std::min(N, (rb + 1) * block_rows); ++n)
+    for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) smax = std::max(smax, int(scales[size_t(n) * G + g]));
+  return smax;
+}
+
+void mxfp4_to_fp8(const uint8_t* blocks, const uint8_t* scales, int N, int K, int block_rows, uint8_t* codes,
+                  float* block_scales) {
+  const int G = K / kMxfp4Group, KB = fp8::blocks(K), NB = (N + block_rows - 1) / block_rows;
+  for (int rb = 0; rb < NB; ++rb)
+    for (int kb = 0; kb < KB; ++kb) {
+      const int smax = mxfp4_fp8_block_smax(scales, N, K, block_rows, rb, kb);
+      for (int n = rb * block_rows; n < std::min(N, (rb + 1) * block_rows); ++n) {
+        block_scales[mxfp4_fp8_scale_index(N, K, block_rows, n, kb)] = std::ldexp(1.0f, smax - 127 - kMxfp4Fp8Shift);
+        for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) {
+          const int d = smax - int(scales[size_t(n) * G + g]);
+          const uint8_t* b = blocks + (size_t(n) * G + g) * kMxfp4GroupBytes;
+          uint8_t* out = codes + size_t(n) * K + 32 * g;
+          for (int i = 0; i < kMxfp4GroupBytes; ++i) {
+            out[2 * i] = mxfp4_e2m1_to_e4m3(b[i] & 15, d);
+            out[2 * i + 1] = mxfp4_e2m1_to_e4m3(b[i] >> 4, d);
+          }
+        }
+      }
+    }
+}
+
+size_t mxfp4_fp8_inexact_blocks(const uint8_t* scales, int N, int K, int block_rows) {
+  const int G = K / kMxfp4Group, KB = fp8::blocks(K), NB = (N + block_rows - 1) / block_rows;
+  size_t count = 0;
+  for (int rb = 0; rb < NB; ++rb)
+    for (int kb = 0; kb < KB; ++kb) {
+      int smin = 255, smax = 0;
+      for (int n = rb * block_rows; n < std::min(N, (rb + 1) * block_rows); ++n)
+        for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) {
+          const int sc = scales[size_t(n) * G + g];
+          smin = std::min(smin, sc), smax = std::max(smax, sc);
+        }
+      count += smax - smin > kMxfp4Fp8ExactSpan;
+    }
+  return count;
+}
+
+int mxfp4_fp8_block_rows(const uint8_t* scales, int experts, int N, int K) {
+  const size_t per = size_t(N) * (K / kMxfp4Group);
+  size_t inexact = 0;
+#pragma omp parallel for reduction(+ : inexact) schedule(dynamic)
+  for (int e = 0; e < experts; ++e) inexact += mxfp4_fp8_inexact_blocks(scales + e * per, N, K, 128);
+  return inexact ? 1 : 128;
+}
+
+std::vector<uint8_t> mxfp4_fp8_smax_table(const uint8_t* scales, int N, int K) {
+  const int KB = fp8::blocks(K), NB = (N + 127) / 128;
+  std::vector<uint8_t> t(size_t(NB) * KB);
+  for (int rb = 0; rb < NB; ++rb)
+    for (int kb = 0; kb < KB; ++kb) t[size_t(rb) * KB + kb] = uint8_t(mxfp4_fp8_block_smax(scales, N, K, 128, rb, kb));
+  return t;
 }
 
 }  // namespace osprey

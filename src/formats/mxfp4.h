@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace osprey {
 
@@ -98,5 +99,48 @@ constexpr size_t mxfp4_tiles_bytes(int N, int K) {
 void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles);
 // The same for `experts` matrices one after another (OpenMP over experts).
 void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int experts, int N, int K, uint8_t* tiles);
+
+}  // namespace osprey
+
+namespace osprey {
+
+// MXFP4 as FP8 E4M3 with power-of-two fp32 block scales, for the tensor-core GEMMs of long prompt
+// chunks (W4A8). A block is 128 columns of `block_rows` rows: 1 (one scale per 128 columns of a
+// row, cuBLASLt's VEC128_32F) or 128 (BLK128x128_32F, the FP8 checkpoint's shape, faster in
+// cuBLASLt). The block's E8M0 scales share the largest, Smax, and each value E2M1 * 2^(S - 127)
+// becomes the code e4m3(E2M1 * 2^(S - Smax + 6)) with the block scale 2^(Smax - 133). E2M1 times
+// 2^6 is at most 384 (E4M3 holds 448), and E4M3's subnormal step 2^-9 holds 0.5 * 2^(6 - d)
+// exactly for d = Smax - S up to 14: a block whose scales span at most 2^14 converts exactly.
+// Past that its values more than 2^14 below the block's scale round (to nearest even, at most
+// 2^-10 of the block scale; beyond 2^20 to a signed zero). A block that K cuts (2880 = 22.5
+// blocks) or N cuts takes Smax over the groups it has.
+constexpr int kMxfp4Fp8Shift = 6;        // E2M1 max 6 * 2^6 = 384 <= 448
+constexpr int kMxfp4Fp8ExactSpan = 14;   // d <= 14: exact
+constexpr int kMxfp4Fp8ZeroSpan = 20;    // d > 20: a signed zero (the rounding would give it too)
+// The E4M3 code of E2M1 code `c` (4 bits) at scale distance d = Smax - S >= 0.
+uint8_t mxfp4_e2m1_to_e4m3(int c, int d);
+// Smax of the block of rows [rb * block_rows, +block_rows) and columns [128 kb, +128).
+int mxfp4_fp8_block_smax(const uint8_t* scales, int N, int K, int block_rows, int rb, int kb);
+// The scale layout of the converted matrix: block_rows 1: [KB][N] (N contiguous); 128:
+// [round4(NB)][round4(KB)] as formats/fp8.h Matrix (padding entries untouched). KB = ceil(K/128).
+constexpr size_t mxfp4_fp8_scale_index(int N, int K, int block_rows, int n, int kb) {
+  if (block_rows == 1) return size_t(kb) * N + n;
+  return size_t(n / block_rows) * ((K + 511) / 512 * 4) + kb;
+}
+constexpr size_t mxfp4_fp8_scales_size(int N, int K, int block_rows) {
+  if (block_rows == 1) return size_t((K + 127) / 128) * N;
+  return size_t((N + 4 * block_rows - 1) / (4 * block_rows) * 4) * ((K + 511) / 512 * 4);
+}
+// One matrix, blocks [N][K/32][16] and scales [N][K/32] (the checkpoint's) -> codes [N][K] and
+// block scales in the layout above. K % 32 == 0.
+void mxfp4_to_fp8(const uint8_t* blocks, const uint8_t* scales, int N, int K, int block_rows, uint8_t* codes,
+                  float* block_scales);
+// The blocks whose scales span more than 2^14 (those whose small values round).
+size_t mxfp4_fp8_inexact_blocks(const uint8_t* scales, int N, int K, int block_rows);
+// The block shape a matrix of `experts` experts converts with: 128 rows where every 128x128 block
+// of every expert converts exactly, else 1 (OpenMP over experts).
+int mxfp4_fp8_block_rows(const uint8_t* scales, int experts, int N, int K);
+// Smax per 128-row block, [ceil(N/128)][KB]: what the GPU conversion reads for block_rows 128.
+std::vector<uint8_t> mxfp4_fp8_smax_table(const uint8_t* scales, int N, int K);
 
 }  // namespace osprey

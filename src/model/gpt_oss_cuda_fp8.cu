@@ -55,6 +55,10 @@ struct Fp8Weight {
 struct Mxfp4Weight {
   DeviceArray<uint8_t> tiles;
   int experts = 0, rows = 0, cols = 0;
+  // The W4A8 prefill's conversion to FP8 (formats/mxfp4.h mxfp4_to_fp8): 128x128 blocks where
+  // every one of every expert converts exactly (fp8_smax [E][ceil(rows/128)][KB]), else 1x128.
+  int fp8_block_rows = 1;
+  DeviceArray<uint8_t> fp8_smax;
   cuda::Mxfp4ExpertsView view(const cuda::bf16* bias) const { return {tiles.ptr, bias, experts, rows, cols}; }
 };
 
@@ -83,10 +87,9 @@ struct ActBuf {
 
 }  // namespace
 
-// MXFP4 experts go through cuBLAS's BF16 GEMMs (the weights decoded to BF16 first) from this
-// many rows an expert on average: the decode costs about 0.5 ms a 20b layer (2 ms a 120b one),
-// which the faster GEMMs win back from about 900 (20b) and 3,500 (120b) tokens a chunk.
-constexpr int kLtMxfp4RowsPerExpert = 128;
+// MXFP4 experts go through cuBLAS(Lt) GEMMs (the weights converted for the chunk) from this many
+// rows an expert on average (model/gpt_oss_forward.h, which the CPU emulation follows).
+constexpr int kLtMxfp4RowsPerExpert = kMxfp4LtRowsPerExpert;
 
 struct GptOssCudaFp8::Impl {
   const GptOssConfig cfg;
@@ -132,6 +135,13 @@ struct GptOssCudaFp8::Impl {
   // MXFP4 experts of long prompt chunks (lt_moe): one layer's experts decoded to BF16 (the first
   // GEMM's, then the second's) for cuBLAS's BF16 GEMMs, and its handle.
   DeviceArray<cuda::bf16> experts_bf16;
+  // With FP8 dense layers the long chunks' MXFP4 experts run W4A8 instead: one layer's experts
+  // converted to FP8 with power-of-two block scales (formats/mxfp4.h mxfp4_to_fp8) for cuBLASLt on
+  // the FP8 rows the route kernel quantized. Codes [E][N][K], scales experts_fp8_sper an expert.
+  const bool mxfp4_lt_fp8 = mxfp4 && !dense_bf16;
+  DeviceArray<uint8_t> experts_fp8;
+  DeviceArray<float> experts_fp8_s;
+  size_t experts_fp8_sper = 0;
   std::unique_ptr<cuda::Blas> blas;
   std::map<int, cudaGraphExec_t> graphs;
   // The persistent decode kernel's plan per decode bucket (built on the bucket's first step).
@@ -231,6 +241,17 @@ struct GptOssCudaFp8::Impl {
     mxfp4_relayout_experts(src.blocks, src.scales, src.experts, src.rows, src.cols, staging.data());
     dst.tiles = upload(staging.data(), n);
     weight_bytes += double(n);
+    if (mxfp4_lt_fp8 && opt.cublaslt) {
+      dst.fp8_block_rows = mxfp4_fp8_block_rows(src.scales, src.experts, src.rows, src.cols);
+      if (dst.fp8_block_rows == 128) {
+        std::vector<uint8_t> smax;
+        for (int e = 0; e < src.experts; ++e) {
+          const auto t = mxfp4_fp8_smax_table(src.expert_scales(e), src.rows, src.cols);
+          smax.insert(smax.end(), t.begin(), t.end());
+        }
+        dst.fp8_smax = upload(smax.data(), smax.size());
+      }
+    }
   }
 
   Impl(const GptOssWeights& w, const Options& o) : cfg(w.config), opt(o) {
@@ -330,6 +351,12 @@ struct GptOssCudaFp8::Impl {
       layers.push_back(std::move(d));
     }
     progress.finish();
+    if (mxfp4_lt_fp8 && opt.cublaslt) {
+      int blocks128 = 0;
+      for (const Layer& L : layers) blocks128 += (L.mx1.fp8_block_rows == 128) + (L.mx2.fp8_block_rows == 128);
+      std::fprintf(stderr, "osprey: MXFP4 experts of long prompt chunks run W4A8: %d of %d expert matrices convert "
+                   "exactly to FP8 in 128x128 blocks, the rest in 1x128 blocks\n", blocks128, 2 * int(layers.size()));
+    }
     const cpu::RopeTable rope = gpt_oss_rope_table(cfg);
     inv_freq = upload(rope.inv_freq.data(), rope.inv_freq.size());
     concentration = rope.concentration;
@@ -367,7 +394,16 @@ struct GptOssCudaFp8::Impl {
       // xb holds the norm output by token, or (lt_moe) gathered by sorted row.
       xb = DeviceArray<cuda::bf16>(size_t(std::max(R4, P)) * mxfp4_act_cols(H));
       ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
-      if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E) {
+      if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E && mxfp4_lt_fp8) {
+        experts_fp8 = DeviceArray<uint8_t>(size_t(E) * std::max(size_t(2) * I * H, size_t(H) * I));
+        for (int rows : {1, 128})
+          experts_fp8_sper = std::max({experts_fp8_sper, mxfp4_fp8_scales_size(2 * I, H, rows),
+                                       mxfp4_fp8_scales_size(H, I, rows)});
+        const std::vector<float> ones(size_t(E) * experts_fp8_sper, 1.0f);
+        experts_fp8_s = DeviceArray<float>(ones.size());
+        OSPREY_CUDA_CHECK(cudaMemcpy(experts_fp8_s.ptr, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+        act_moe.reserve(P, H), act_a.reserve(P, I);
+      } else if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E) {
         experts_bf16 = DeviceArray<cuda::bf16>(size_t(E) * std::max(size_t(2) * I * mxfp4_act_cols(H),
                                                                      size_t(H) * mxfp4_act_cols(I)));
         if (!blas) blas = std::make_unique<cuda::Blas>(stream);
@@ -629,7 +665,7 @@ struct GptOssCudaFp8::Impl {
       // MoE: norm + router + top-k + the (token, choice) pairs sorted by expert, one kernel.
       // The norm's output also in fp32 (h) for the MXFP4 cuBLAS path's gather, and as BF16 in the
       // MXFP4 activation layout (xb) for the MXFP4 kernels.
-      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, mxfp4 && pass.lt_moe ? h.ptr : nullptr,
+      cuda::moe_route(x.ptr, L.mlp_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld, mxfp4 && pass.lt_moe && !mxfp4_lt_fp8 ? h.ptr : nullptr,
                       L.router.ptr, L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
                       {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr}, stream,
                       mxfp4 && !pass.lt_moe ? xb.ptr : nullptr);
@@ -642,8 +678,8 @@ struct GptOssCudaFp8::Impl {
       if (T == 1) fp8_rows.row_live = d_row_token.ptr, fp8_rows.rows_max = 1;
       // Rows an expert typically gets (twice the mean, at most every token).
       const int per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
-      if (mxfp4 && pass.lt_moe) {
-        // Long prompt chunks: the experts that have rows decoded to BF16 and multiplied by
+      if (mxfp4 && pass.lt_moe && !mxfp4_lt_fp8) {
+        // Long prompt chunks with BF16 dense layers: the experts that have rows decoded to BF16 and multiplied by
         // cuBLAS per expert, on the rows gathered by expert (the biases come with the SwiGLU and
         // the combine). One host sync per layer, as for FP8 experts.
         const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I);
@@ -661,27 +697,46 @@ struct GptOssCudaFp8::Impl {
           blas->gemm_bf16(experts_bf16.ptr + size_t(e) * H * Ip, ab.ptr + size_t(r0) * Ip, y.ptr + size_t(r0) * H, n, H,
                           Ip);
         });
-      } else if (mxfp4) {
+      } else if (mxfp4 && !pass.lt_moe) {
         const cuda::ExpertRows rows = expert_rows(T);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream);
         cuda::moe_swiglu_bf16(t1.ptr, d_seg.ptr + E, P, I, alpha, limit, ab.ptr, stream);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {
-        // The route kernel's quantized rows, gathered by expert.
+        // The route kernel's quantized rows, gathered by expert, through cuBLASLt per expert: FP8
+        // experts as loaded, or MXFP4 experts converted (W4A8) for each GEMM in turn.
         cuda::gather_act_1x128(act_h.q.ptr, act_h.s.ptr, ld, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr,
                                by_expert, stream);
+        auto convert = [&](const Mxfp4Weight& M) {
+          cuda::mxfp4_experts_to_fp8(M.view(nullptr), d_seg.ptr,
+                                     {experts_fp8.ptr, experts_fp8_s.ptr, experts_fp8_sper, M.fp8_block_rows,
+                                      M.fp8_smax.ptr},
+                                     stream);
+        };
+        auto wmode = [&](const Mxfp4Weight& M) {
+          return mxfp4 && M.fp8_block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
+        };
+        // Expert e's codes and scales for a GEMM of N outputs and K inputs.
+        auto weights = [&](const Fp8Weight& W, int e, int N, int K) -> std::pair<const uint8_t*, const float*> {
+          if (!mxfp4) return {W.data(e), W.scale(e)};
+          return {experts_fp8.ptr + size_t(e) * N * K, experts_fp8_s.ptr + size_t(e) * experts_fp8_sper};
+        };
+        if (mxfp4) convert(L.mx1);
         sync_segments();
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
         each_expert([&](int e, int r0, int n) {
           const uint8_t* xq = act_moe.q.ptr + size_t(r0) * H;
           const float* xs = act_moe.s.ptr + size_t(KBh) * r0;
-          lt->run(L.mlp1.data(e), L.mlp1.scale(e), xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H);
+          const auto [wq, ws] = weights(L.mlp1, e, 2 * I, H);
+          lt->run(wq, ws, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H, wmode(L.mx1));
         });
         cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr,
                                   stream);
+        if (mxfp4) convert(L.mx2);
         each_expert([&](int e, int r0, int n) {
-          lt->run(L.mlp2.data(e), L.mlp2.scale(e), act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0,
-                  y.ptr + size_t(r0) * H, n, H, I);
+          const auto [wq, ws] = weights(L.mlp2, e, H, I);
+          lt->run(wq, ws, act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0, y.ptr + size_t(r0) * H, n, H,
+                  I, wmode(L.mx2));
         });
       } else {
         cuda::Fp8ExpertRows by_token = fp8_rows;  // each sorted row reads its token's quantized row
@@ -942,7 +997,11 @@ struct GptOssCudaFp8::Impl {
     set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
     Pass& pass = st.pass;
     pass.lt_dense = opt.cublaslt;
-    pass.lt_moe = mxfp4 ? experts_bf16.ptr && T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts
+    pass.lt_moe = mxfp4 ? T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts &&
+                              (experts_bf16.ptr ||
+                               (experts_fp8.ptr && lt->available(4, 2 * I, H, cuda::WeightScales::Row1x128) &&
+                                lt->available(4, H, I, cuda::WeightScales::Row1x128) && lt->available(4, 2 * I, H) &&
+                                lt->available(4, H, I)))
                         : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&
                               lt->available(4, 2 * I, H) && lt->available(4, H, I);
     pass.attn_splits = pass.decode_rows > 0

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "formats/kv_fp8.h"
+#include "formats/mxfp4.h"
 
 namespace osprey {
 
@@ -20,7 +21,8 @@ void round_to_bf16(std::vector<float>& v) {
 
 GptOssCpuModel::~GptOssCpuModel() = default;
 
-GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, bool fp8_kv) : w_(w), fp8_kv_(fp8_kv) {
+GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, bool fp8_kv, bool w4a8_long_chunks)
+    : w_(w), fp8_kv_(fp8_kv), w4a8_long_chunks_(w4a8_long_chunks) {
   mxfp4_experts_ = precision == CpuPrecision::Mxfp4;
   if (fp8_kv && precision != CpuPrecision::Fp8 && precision != CpuPrecision::Mxfp4)
     fail("an FP8 KV cache is emulated with the GPU engine's paths (--precision fp8 or mxfp4)");
@@ -34,6 +36,10 @@ GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, b
   else if (w.fp8)
     fail("this checkpoint holds FP8 weights (written by `osprey convert`): run it with --precision fp8");
   bf16_act_ = precision == CpuPrecision::Bf16;
+  if (mxfp4_experts_ && w4a8_long_chunks_)
+    for (const GptOssLayerWeights& L : w.layers)
+      w4a8_block_rows_.emplace_back(mxfp4_fp8_block_rows(L.mlp1.scales, L.mlp1.experts, L.mlp1.rows, L.mlp1.cols),
+                                    mxfp4_fp8_block_rows(L.mlp2.scales, L.mlp2.experts, L.mlp2.rows, L.mlp2.cols));
   rope_ = gpt_oss_rope_table(w.config);
 }
 
@@ -49,6 +55,17 @@ void GptOssCpuModel::expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8,
     cpu::f32_fp8w_matmul(x, q8->data(e), q8->scale(e), q8->scale_stride(), W.expert_bias(e), y, T, W.rows, W.cols);
   else
     cpu::f32_mxfp4w_matmul(x, W.expert_blocks(e), W.expert_scales(e), W.expert_bias(e), y, T, W.rows, W.cols);
+}
+
+void GptOssCpuModel::expert_linear_w4a8(const Mxfp4Experts& W, int block_rows, int e, const float* x, float* y,
+                                        int T) const {
+  const int N = W.rows, K = W.cols;
+  std::vector<uint8_t> codes(size_t(N) * K);
+  std::vector<float> scales(mxfp4_fp8_scales_size(N, K, block_rows), 1.0f);
+  mxfp4_to_fp8(W.expert_blocks(e), W.expert_scales(e), N, K, block_rows, codes.data(), scales.data());
+  const cpu::Fp8WeightScales ws = block_rows == 1 ? cpu::Fp8WeightScales{scales.data(), 1, 1, size_t(N)}
+                                                  : cpu::Fp8WeightScales{scales.data(), 128, size_t(fp8::round4(fp8::blocks(K))), 1};
+  cpu::f32_fp8w_matmul(x, codes.data(), ws, W.expert_bias(e), y, T, N, K);
 }
 
 void GptOssCpuModel::round_act(std::vector<float>& v) const {
@@ -189,7 +206,9 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x,
   cpu::f32_bf16w_rmsnorm(x, L.mlp_norm, h.data(), T, H, float(c.rms_norm_eps));
   cpu::f32_bf16w_matmul(h.data(), L.router.w, L.router_bias, router.data(), T, E, H);
   cpu::f32_topk_softmax(router.data(), idx.data(), wts.data(), T, E, K);
-  if (bf16_act_ || mxfp4_experts_) round_to_bf16(h);  // the experts' input (the router read it in fp32)
+  const bool w4a8 = mxfp4_experts_ && w4a8_long_chunks_ && size_t(T) * K >= size_t(kMxfp4LtRowsPerExpert) * E;
+  const bool bf16_in = bf16_act_ || (mxfp4_experts_ && !w4a8);  // the experts' inputs rounded to BF16
+  if (bf16_in) round_to_bf16(h);  // the experts' input (the router read it in fp32)
 
   // Group (token, weight) pairs by expert; run each expert once over its tokens.
   std::vector<std::vector<std::pair<int, float>>> by_expert(E);
@@ -206,10 +225,12 @@ void GptOssCpuModel::moe_block(const GptOssLayerWeights& L, int layer, float* x,
     y.resize(size_t(n) * H);
     for (int i = 0; i < n; ++i) std::memcpy(&xe[size_t(i) * H], &h[size_t(toks[i].first) * H], H * sizeof(float));
     const bool q8 = fp8_ && !mxfp4_experts_;
-    expert_linear(L.mlp1, q8 ? &fp8_->layers[layer].mlp1 : nullptr, e, xe.data(), t1.data(), n);
+    if (w4a8) expert_linear_w4a8(L.mlp1, w4a8_block_rows_[size_t(layer)].first, e, xe.data(), t1.data(), n);
+    else expert_linear(L.mlp1, q8 ? &fp8_->layers[layer].mlp1 : nullptr, e, xe.data(), t1.data(), n);
     cpu::f32_swiglu_clamped(t1.data(), a.data(), n, I, float(c.swiglu_alpha), float(c.swiglu_limit));
-    if (bf16_act_ || mxfp4_experts_) round_to_bf16(a);
-    expert_linear(L.mlp2, q8 ? &fp8_->layers[layer].mlp2 : nullptr, e, a.data(), y.data(), n);
+    if (bf16_in) round_to_bf16(a);
+    if (w4a8) expert_linear_w4a8(L.mlp2, w4a8_block_rows_[size_t(layer)].second, e, a.data(), y.data(), n);
+    else expert_linear(L.mlp2, q8 ? &fp8_->layers[layer].mlp2 : nullptr, e, a.data(), y.data(), n);
     for (int i = 0; i < n; ++i) {
       float* xt = x + size_t(toks[i].first) * H;
       const float w = toks[i].second;

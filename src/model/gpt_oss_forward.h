@@ -54,15 +54,27 @@ struct SequenceChunk {
 // router reads it in fp32), the SwiGLU output, the final norm's output), fp32 math and fp32 KV.
 // Mxfp4: the emulation of the Hopper path's default (--weights mxfp4): the dense GEMMs as Fp8, the
 // experts as stored (MXFP4, exact) with their inputs (the MLP norm's output, the SwiGLU output)
-// rounded to BF16.
+// rounded to BF16; a forward of at least kMxfp4W4a8RowsPerExpert rows an expert on average (a long
+// prompt chunk) runs them W4A8 as that path does: their inputs quantized to FP8 in 1x128 blocks,
+// the weights as FP8 with power-of-two block scales (formats/mxfp4.h mxfp4_to_fp8: 128x128 blocks
+// for a layer's matrix whose blocks all convert exactly, else 1x128; mxfp4_fp8_block_rows).
 enum class CpuPrecision { AsStored, Fp8, Bf16, Mxfp4 };
+
+// The GPU's MXFP4 experts take cuBLAS(Lt) GEMMs over the layer's experts converted for the chunk
+// (W4A8 with FP8 dense layers, BF16 with BF16 ones) from this many rows an expert on average:
+// the conversion costs about 0.3 ms a 20b layer, which the tensor-core GEMMs win back from about
+// 1,000 tokens a chunk.
+constexpr int kMxfp4LtRowsPerExpert = 128;
 
 class GptOssCpuModel {
  public:
   // fp8_kv (Fp8 and Mxfp4 precisions only): keys and values rounded as the GPU's FP8 KV cache
   // holds them (--kv-cache-dtype fp8: E4M3 codes, a power-of-two exponent per (position, KV head)
   // row, formats/kv_fp8.h) instead of to BF16.
-  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored, bool fp8_kv = false);
+  // w4a8_long_chunks (Mxfp4 only): long chunks' experts W4A8 as above (false: BF16 inputs at every
+  // length, the GPU path without cuBLASLt).
+  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored, bool fp8_kv = false,
+                          bool w4a8_long_chunks = true);
   ~GptOssCpuModel();
 
   const GptOssConfig& config() const { return w_.config; }
@@ -83,11 +95,15 @@ class GptOssCpuModel {
   // y [T][rows] = x [T][cols] . W^T + bias, in the model's precision (fp8: matrix e of `q8`).
   void linear(const Bf16Matrix& W, const fp8::Matrix* q8, const bf16* bias, const float* x, float* y, int T) const;
   void expert_linear(const Mxfp4Experts& W, const fp8::Matrix* q8, int e, const float* x, float* y, int T) const;
+  // The W4A8 expert GEMM of long chunks (Mxfp4 precision).
+  void expert_linear_w4a8(const Mxfp4Experts& W, int block_rows, int e, const float* x, float* y, int T) const;
 
   const GptOssWeights& w_;
   bool bf16_act_ = false;  // Bf16 precision: GEMM inputs rounded to BF16 (round_act)
   bool mxfp4_experts_ = false;  // Mxfp4 precision: the experts as stored, their inputs rounded to BF16
   bool fp8_kv_ = false;         // keys and values rounded through the FP8 KV cache's format
+  bool w4a8_long_chunks_ = true;
+  std::vector<std::pair<int, int>> w4a8_block_rows_;  // per layer: mlp1's, mlp2's (mxfp4_fp8_block_rows)
   void round_act(std::vector<float>& v) const;
   std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)
   cpu::RopeTable rope_;

@@ -246,14 +246,17 @@ TEST(CudaFp8Model, DenseBf16MatchesTheBf16Emulation) {
   EXPECT_LT(err[0], 1e-2);
 }
 
-// A long prompt chunk with MXFP4 experts takes cuBLAS on BF16-decoded weights (lt_moe: from 128
-// rows an expert; parity-b's 6 experts x top-3 at 300 tokens give 150), and its dense layers
-// cuBLASLt. parity-b's random weights amplify rounding: another order of sums flips FP8
-// activation codes and the 300 positions drift apart (measured: 6e-2 from the CPU emulation with
-// cuBLAS on, 2e-2 with the MXFP4 kernels and the skinny dense GEMMs). So the bound is relative:
-// no further from the CPU emulation than twice the FP8 experts' path through cuBLASLt is from
-// its own emulation at the same chunk (a wrong bias, row or layout gives O(1)). The expert GEMMs
-// themselves are held to 5e-6 in MoeMxfp4.DecodedExpertsThroughCublasEqualCpuTwin.
+// A long prompt chunk with MXFP4 experts takes cuBLAS(Lt) (lt_moe: from 128 rows an expert;
+// parity-b's 6 experts x top-3 at 300 tokens give 150): with FP8 dense layers W4A8 (the experts
+// converted to FP8 for cuBLASLt, their inputs FP8), with BF16 ones BF16 GEMMs on BF16-decoded
+// weights; the dense layers take cuBLASLt. Each against its CPU emulation: Mxfp4 precision (which
+// runs such a chunk's experts W4A8 too) and Bf16. parity-b's random weights amplify rounding:
+// another order of sums flips FP8 activation codes and the 300 positions drift apart (measured:
+// 6e-2 from the CPU emulation with cuBLAS on, 2e-2 with the MXFP4 kernels and the skinny dense
+// GEMMs). So the bound is relative: no further from the CPU emulation than twice the FP8 experts'
+// path through cuBLASLt is from its own emulation at the same chunk (a wrong bias, row, scale or
+// layout gives O(1)). The expert GEMMs themselves are held to 2e-6 and 5e-6 in
+// MoeMxfp4.W4a8ExpertsThroughCublasLtEqualCpuTwin and DecodedExpertsThroughCublasEqualCpuTwin.
 TEST(CudaFp8Model, Mxfp4LongChunkThroughCublasMatchesTheEmulation) {
   test::TempDir dir;
   synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
@@ -261,28 +264,34 @@ TEST(CudaFp8Model, Mxfp4LongChunkThroughCublasMatchesTheEmulation) {
   std::mt19937 rng(4);
   std::vector<int32_t> tokens(300);
   for (auto& t : tokens) t = int32_t(rng() % 777);
-  auto gpu = [&](GptOssCudaFp8::ExpertWeights experts, bool lt) {
+  auto gpu = [&](GptOssCudaFp8::ExpertWeights experts, bool lt,
+                 GptOssCudaFp8::DenseWeights dense = GptOssCudaFp8::DenseWeights::Fp8) {
     GptOssCudaFp8 m(w, {.slots = 1, .max_context = 512, .max_rows = 512, .graphs = false, .kv_blocks = 32,
-                        .cublaslt = lt, .experts = experts});
+                        .cublaslt = lt, .experts = experts, .dense = dense});
     CudaSlots seqs(m);
     return seqs.prefill_logits(0, tokens, /*all=*/true);
   };
-  auto cpu = [&](CpuPrecision prec) {
-    GptOssCpuModel model(w, prec);
+  auto cpu = [&](CpuPrecision prec, bool w4a8 = true) {
+    GptOssCpuModel model(w, prec, false, w4a8);
     KvCache c = model.new_cache();
     return model.forward(tokens, c, /*all_logits=*/true);
   };
   const auto mx_lt = gpu(GptOssCudaFp8::ExpertWeights::Mxfp4, true), mx_kernels = gpu(GptOssCudaFp8::ExpertWeights::Mxfp4, false);
+  const auto mx_lt16 = gpu(GptOssCudaFp8::ExpertWeights::Mxfp4, true, GptOssCudaFp8::DenseWeights::Bf16);
   const auto fp8_lt = gpu(GptOssCudaFp8::ExpertWeights::Fp8, true);
-  const auto mx_ref = cpu(CpuPrecision::Mxfp4), fp8_ref = cpu(CpuPrecision::Fp8);
+  const auto mx_ref = cpu(CpuPrecision::Mxfp4), mx_ref16 = cpu(CpuPrecision::Mxfp4, /*w4a8=*/false);
+  const auto fp8_ref = cpu(CpuPrecision::Fp8), bf16_ref = cpu(CpuPrecision::Bf16);
   const size_t n = mx_ref.size();
   const double lt_kernels = rel_diff(mx_lt.data(), mx_kernels.data(), n), lt_cpu = rel_diff(mx_lt.data(), mx_ref.data(), n);
-  const double fp8_cpu = rel_diff(fp8_lt.data(), fp8_ref.data(), n);
-  std::printf("300-token chunk against the CPU emulations: mxfp4 through cuBLAS %.3e, mxfp4 kernels %.3e, fp8 "
-              "through cuBLASLt %.3e; mxfp4 cuBLAS vs kernels %.3e\n",
-              lt_cpu, rel_diff(mx_kernels.data(), mx_ref.data(), n), fp8_cpu, lt_kernels);
-  EXPECT_GT(lt_kernels, 0.0) << "the cuBLAS path did not run";
+  const double lt16_cpu = rel_diff(mx_lt16.data(), bf16_ref.data(), n), fp8_cpu = rel_diff(fp8_lt.data(), fp8_ref.data(), n);
+  std::printf("300-token chunk against the CPU emulations: mxfp4 W4A8 through cuBLASLt %.3e (against the emulation "
+              "with BF16 expert inputs %.3e), mxfp4 kernels %.3e, mxfp4 with BF16 dense layers through cuBLAS %.3e, "
+              "fp8 through cuBLASLt %.3e; mxfp4 W4A8 vs kernels %.3e\n",
+              lt_cpu, rel_diff(mx_lt.data(), mx_ref16.data(), n), rel_diff(mx_kernels.data(), mx_ref16.data(), n),
+              lt16_cpu, fp8_cpu, lt_kernels);
+  EXPECT_GT(lt_kernels, 0.0) << "the cuBLASLt path did not run";
   EXPECT_LT(lt_cpu, std::max(2e-2, 2 * fp8_cpu));
+  EXPECT_LT(lt16_cpu, std::max(2e-2, 2 * fp8_cpu));
 }
 
 // Masked decode (structured outputs on the GPU): the masks computed during the step, applied on

@@ -8,10 +8,12 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "formats/fp8.h"
 #include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 
 namespace osprey {
@@ -307,6 +309,106 @@ TEST(MoeMxfp4, ActivationLayoutGathersRows) {
   for (size_t r = 0; r < rows.size(); ++r)
     for (int p = 0; p < Kp; ++p)
       ASSERT_EQ(b[r * Kp + p], rows[r] < 0 ? uint16_t(0) : a[size_t(rows[r]) * Kp + p]) << "row " << r;
+}
+
+// The W4A8 conversion of long chunks (mxfp4_experts_to_fp8) gives formats/mxfp4.h's codes and
+// scales bit for bit, from the kernels' tiles, in blocks of 1 and of 128 rows: scales 2^(S - 127)
+// with S over [100, 140], so that blocks span past 2^14 (their small values round) as well as
+// within it; K = 2880 ends in half a block, N = 176 in a short row block. An expert without rows
+// keeps what its buffers held, and so do the scales' padding entries.
+TEST(MoeMxfp4, Fp8ConversionEqualsItsCpuTwin) {
+  const int E = 3, N = 176, K = 2880;
+  const HostExperts W(E, N, K, 31, 100, 140);
+  const std::vector<int32_t> seg = {0, 8, 12, 12};  // expert 2: no rows
+  Dev<int32_t> dseg(seg);
+  Dev<uint8_t> tiles(W.relaid);
+  for (int rows : {1, 128}) {
+    SCOPED_TRACE("blocks of " + std::to_string(rows) + " rows");
+    size_t inexact = 0;
+    for (int e = 0; e < E; ++e) inexact += mxfp4_fp8_inexact_blocks(&W.scales[size_t(e) * N * K / 32], N, K, rows);
+    EXPECT_GT(inexact, 0u) << "the case should cover blocks that round";
+    if (rows == 1) EXPECT_LT(inexact, size_t(E) * N * 23) << "and blocks that convert exactly";
+    const size_t sper = mxfp4_fp8_scales_size(N, K, rows) + 5;
+    std::vector<uint8_t> smax;
+    for (int e = 0; e < E; ++e) {
+      const auto t = mxfp4_fp8_smax_table(&W.scales[size_t(e) * N * K / 32], N, K);
+      smax.insert(smax.end(), t.begin(), t.end());
+    }
+    Dev<uint8_t> codes(std::vector<uint8_t>(size_t(E) * N * K, 0xA5)), dsmax(smax);
+    Dev<float> scales(std::vector<float>(size_t(E) * sper, -3.0f));
+    cuda::mxfp4_experts_to_fp8({tiles.p, nullptr, E, N, K}, dseg.p, {codes.p, scales.p, sper, rows, dsmax.p}, nullptr);
+    const auto gc = codes.get();
+    const auto gs = scales.get();
+    std::vector<uint8_t> rc(size_t(N) * K);
+    for (int e = 0; e < E; ++e) {
+      SCOPED_TRACE("expert " + std::to_string(e));
+      std::vector<float> rs(sper, -3.0f);
+      mxfp4_to_fp8(&W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32], N, K, rows, rc.data(), rs.data());
+      for (size_t i = 0; i < rc.size(); ++i)
+        ASSERT_EQ(int(gc[size_t(e) * N * K + i]), e == 2 ? 0xA5 : int(rc[i])) << "code " << i;
+      for (size_t i = 0; i < sper; ++i) ASSERT_EQ(gs[size_t(e) * sper + i], e == 2 ? -3.0f : rs[i]) << "scale " << i;
+    }
+  }
+}
+
+// W4A8 end to end as the model runs a long chunk's experts: the weights converted on the GPU, the
+// rows quantized to FP8 in 1x128 blocks, cuBLASLt per expert with 1x128 and with 128x128 weight
+// scales. Against the CPU twin (f32_fp8w_matmul over the converted weights) up to the order of
+// sums; and, the scales here spanning less than 2^14, against the exact MXFP4 matmul of the same
+// FP8-rounded rows: the conversion loses nothing. Rows per expert 4, 12 and 200 (M % 4 == 0, as
+// sorted); N = 320 ends in a short row block.
+TEST(MoeMxfp4, W4a8ExpertsThroughCublasLtEqualCpuTwin) {
+  const int E = 3, N = 320, K = 2880, KB = (K + 127) / 128;
+  const HostExperts W(E, N, K, 57, 118, 131);
+  ASSERT_EQ(mxfp4_fp8_block_rows(W.scales.data(), E, N, K), 128);
+  const std::vector<int> rows = {4, 12, 200};
+  std::vector<int32_t> seg = {0};
+  for (int r : rows) seg.push_back(seg.back() + r);
+  Dev<int32_t> dseg(seg);
+  Dev<uint8_t> tiles(W.relaid);
+  cuda::BlockFp8Gemm lt(nullptr);
+  for (int block_rows : {1, 128}) {
+    SCOPED_TRACE("blocks of " + std::to_string(block_rows) + " rows");
+    const auto mode = block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
+    const size_t sper = mxfp4_fp8_scales_size(N, K, block_rows);
+    std::vector<uint8_t> smax;
+    for (int e = 0; e < E; ++e) {
+      const auto t = mxfp4_fp8_smax_table(&W.scales[size_t(e) * N * K / 32], N, K);
+      smax.insert(smax.end(), t.begin(), t.end());
+    }
+    Dev<uint8_t> codes(size_t(E) * N * K), dsmax(smax);
+    Dev<float> scales(std::vector<float>(size_t(E) * sper, 1.0f));
+    cuda::mxfp4_experts_to_fp8({tiles.p, nullptr, E, N, K}, dseg.p, {codes.p, scales.p, sper, block_rows, dsmax.p},
+                               nullptr);
+    std::vector<uint8_t> rc(size_t(N) * K);
+    std::vector<float> rs(sper, 1.0f);
+    for (int e = 0; e < E; ++e) {
+      const int M = rows[e];
+      SCOPED_TRACE("expert " + std::to_string(e) + ", " + std::to_string(M) + " rows");
+      ASSERT_TRUE(lt.available(M, N, K, mode)) << "cuBLASLt: no algorithm for these weight scales";
+      const auto x = randf(size_t(M) * K, 58 + e, 2.0f);
+      std::vector<uint8_t> xq(size_t(M) * K);
+      std::vector<float> xs(size_t(KB) * M);
+      fp8::quantize_activations(x.data(), M, K, xq.data(), xs.data(), M);
+      Dev<uint8_t> dxq(xq);
+      Dev<float> dxs(xs), y(size_t(M) * N);
+      lt.run(codes.p + size_t(e) * N * K, scales.p + size_t(e) * sper, dxq.p, dxs.p, y.p, M, N, K, mode);
+      const auto got = y.get();
+      mxfp4_to_fp8(&W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32], N, K, block_rows, rc.data(),
+                   rs.data());
+      const cpu::Fp8WeightScales ws = block_rows == 1 ? cpu::Fp8WeightScales{rs.data(), 1, 1, size_t(N)}
+                                                      : cpu::Fp8WeightScales{rs.data(), 128, size_t(fp8::round4(KB)), 1};
+      std::vector<float> twin(size_t(M) * N), exact(size_t(M) * N), xd(size_t(M) * K);
+      cpu::f32_fp8w_matmul(x.data(), rc.data(), ws, nullptr, twin.data(), M, N, K);
+      for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k)
+          xd[size_t(m) * K + k] = fp8::to_f32(xq[size_t(m) * K + k]) * xs[size_t(k / 128) * M + m];
+      cpu::f32_mxfp4w_matmul(xd.data(), &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32], nullptr,
+                             exact.data(), M, N, K);
+      EXPECT_LT(rel_err(got, twin), 2e-6);
+      EXPECT_LT(rel_err(got, exact), 2e-6);
+    }
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <functional>
 #include <gtest/gtest.h>
 
+#include "formats/fp8.h"
 #include "formats/mxfp4.h"
 #include "model/gpt_oss_cost.h"
 #include "cli/weights_arg.h"
@@ -418,6 +419,84 @@ TEST(Mxfp4Layout, PackedWordsDecodeToTheCheckpointPairs) {
     for (int j = 0; j < 4; ++j) ASSERT_EQ(pair_of_packed(p, j), pair_of_checkpoint(w, j)) << std::hex << w << " pair " << j;
   }
   for (int bit = 0; bit < 32; ++bit) ASSERT_EQ(__builtin_popcount(mxfp4_pack_word(1u << bit)), 1) << bit;
+}
+
+// MXFP4 as FP8 with 1x128 scales (the W4A8 prefill's weights): every E2M1 code at every scale
+// distance d = Smax - S converts exactly while d <= 14 (code times block scale is the value); past
+// it the value rounds to E4M3's subnormal step, and from d = 19 it is a signed zero.
+TEST(Mxfp4Fp8, EveryCodeConvertsExactlyWithinTheSpan) {
+  for (int d = 0; d <= 30; ++d)
+    for (int c = 0; c < 16; ++c) {
+      const float want = std::ldexp(kE2M1Values[c], kMxfp4Fp8Shift - d);  // in units of the block scale
+      const uint8_t code = mxfp4_e2m1_to_e4m3(c, d);
+      const float got = fp8::to_f32(code);
+      if (d <= kMxfp4Fp8ExactSpan) ASSERT_EQ(got, want) << "code " << c << " d " << d;
+      else ASSERT_LE(std::fabs(got - want), std::ldexp(1.0f, -10)) << "code " << c << " d " << d;
+      if (d >= 19) ASSERT_EQ(got, 0.0f) << "code " << c << " d " << d;
+      ASSERT_EQ(code & 0x80, c & 8 ? 0x80 : 0) << "the sign, code " << c << " d " << d;
+    }
+}
+
+// A row: its 128-column blocks take the largest of their four scales; K = 2880 ends in a block
+// of two groups, whose scale ignores the groups K does not have.
+TEST(Mxfp4Fp8, RowsConvertWithTheBlocksLargestScale) {
+  const int N = 2, K = 2880, G = K / 32, KB = 23;
+  std::vector<uint8_t> blocks(size_t(N) * G * 16), scales(size_t(N) * G);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 37 + 11);
+  for (int n = 0; n < N; ++n)
+    for (int g = 0; g < G; ++g) scales[size_t(n) * G + g] = uint8_t(120 + (g * 5 + n) % 9);
+  scales[size_t(1) * G + 3] = 90;  // row 1, block 0: one group 2^30 below the block's largest
+  std::vector<uint8_t> codes(size_t(N) * K);
+  std::vector<float> bs(size_t(KB) * N);
+  mxfp4_to_fp8(blocks.data(), scales.data(), N, K, 1, codes.data(), bs.data());
+  EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 1), 1u);
+  EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 128), 1u);  // the two rows share that block
+  EXPECT_EQ(mxfp4_fp8_block_rows(scales.data(), 1, N, K), 1);
+  std::vector<float> ref(K);
+  for (int n = 0; n < N; ++n) {
+    mxfp4_decode_row(&blocks[size_t(n) * G * 16], &scales[size_t(n) * G], K, ref.data());
+    for (int kb = 0; kb < KB; ++kb) {
+      int smax = 0;
+      for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) smax = std::max(smax, int(scales[size_t(n) * G + g]));
+      ASSERT_EQ(bs[size_t(kb) * N + n], std::ldexp(1.0f, smax - 127 - kMxfp4Fp8Shift)) << n << " " << kb;
+    }
+    for (int k = 0; k < K; ++k) {
+      const float got = fp8::to_f32(codes[size_t(n) * K + k]) * bs[size_t(k / 128) * N + n];
+      if (n == 1 && k >= 96 && k < 128) ASSERT_EQ(got, 0.0f) << "the far group underflows, column " << k;
+      else ASSERT_EQ(got, ref[k]) << "row " << n << " column " << k;
+    }
+  }
+}
+
+// 128x128 blocks (cuBLASLt's faster weight scales): a block's rows share its largest scale, the
+// scales go in formats/fp8.h's Matrix layout, and where no block spans past 2^14 the conversion
+// is exact: every value is its code times its block's scale. 200 rows: the second row block is
+// cut short, as K's last column block is.
+TEST(Mxfp4Fp8, BlocksOf128RowsShareTheirLargestScale) {
+  const int N = 200, K = 2880, G = K / 32, KB = 23;
+  std::vector<uint8_t> blocks(size_t(N) * G * 16), scales(size_t(N) * G);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 53 + 7);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(114 + (i * 7) % 15);  // span 14
+  EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 128), 0u);
+  EXPECT_EQ(mxfp4_fp8_block_rows(scales.data(), 1, N, K), 128);
+  std::vector<uint8_t> codes(size_t(N) * K);
+  std::vector<float> bs(mxfp4_fp8_scales_size(N, K, 128), -1.0f);
+  ASSERT_EQ(bs.size(), size_t(4 * 24));  // round4(2 row blocks) x round4(23)
+  mxfp4_to_fp8(blocks.data(), scales.data(), N, K, 128, codes.data(), bs.data());
+  const auto smax = mxfp4_fp8_smax_table(scales.data(), N, K);
+  std::vector<float> ref(K);
+  for (int n = 0; n < N; ++n) {
+    mxfp4_decode_row(&blocks[size_t(n) * G * 16], &scales[size_t(n) * G], K, ref.data());
+    for (int k = 0; k < K; ++k) {
+      const float s = bs[size_t(n / 128) * 24 + k / 128];
+      ASSERT_EQ(s, std::ldexp(1.0f, int(smax[size_t(n / 128) * KB + k / 128]) - 133)) << n << " " << k;
+      ASSERT_EQ(fp8::to_f32(codes[size_t(n) * K + k]) * s, ref[k]) << "row " << n << " column " << k;
+    }
+  }
+  EXPECT_EQ(bs[23], -1.0f) << "padding entries are left as they were";
+  scales[5] = 99;  // one group 2^23 below its block's largest: the block no longer converts exactly
+  EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 128), 1u);
+  EXPECT_EQ(mxfp4_fp8_block_rows(scales.data(), 1, N, K), 1);
 }
 
 // --weights auto: the FP8 weight bytes it weighs against the card are what the GPU path holds

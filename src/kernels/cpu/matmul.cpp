@@ -194,6 +194,11 @@ namespace osprey::cpu {
 
 void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_stride, const bf16* bias, float* y,
                      int T, int N, int K) {
+  f32_fp8w_matmul(x, Wq, {Ws, fp8::kBlock, ws_stride, 1}, bias, y, T, N, K);
+}
+
+void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const Fp8WeightScales& Ws, const bf16* bias, float* y, int T,
+                     int N, int K) {
   const int KB = fp8::blocks(K);
   std::vector<uint8_t> xq(size_t(T) * K);
   std::vector<float> xs(size_t(KB) * T), xd(size_t(T) * K);
@@ -207,7 +212,7 @@ void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_
     for (int n = 0; n < N; ++n) {
       const uint8_t* row = Wq + size_t(n) * K;
       for (int k = 0; k < K; ++k) w[k] = table[row[k]];
-      const float* ws = Ws + size_t(n / fp8::kBlock) * ws_stride;
+      const float* ws = Ws.s + size_t(n / Ws.rows_per_scale) * Ws.row_stride;
       const float b = bias ? bf16_to_f32(bias[n]) : 0.0f;
       for (int t = 0; t < T; ++t) {
         const float* xt = xd.data() + size_t(t) * K;
@@ -217,7 +222,7 @@ void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_
           float part = 0;
 #pragma omp simd reduction(+ : part)
           for (int k = k0; k < k1; ++k) part += w[k] * xt[k];
-          acc += part * (ws[kb] * xs[size_t(kb) * T + t]);
+          acc += part * (ws[size_t(kb) * Ws.block_stride] * xs[size_t(kb) * T + t]);
         }
         y[size_t(t) * N + n] = acc + b;
       }

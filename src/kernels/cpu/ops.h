@@ -21,6 +21,16 @@ void f32_mxfp4w_matmul(const float* x, const uint8_t* blocks, const uint8_t* sca
 // W[n][k] x[t][k] in fp32, + bias[n]. Any K (the last block may be partial).
 void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_stride, const bf16* bias, float* y,
                      int T, int N, int K);
+// The same with the weight scales laid out as given: row n's scale of column block b is
+// s[(n / rows_per_scale) * row_stride + b * block_stride] (128x128 blocks: {s, 128, ws_stride, 1};
+// one scale per 128 columns of a row, [KB][N]: {s, 1, 1, N}).
+struct Fp8WeightScales {
+  const float* s = nullptr;
+  int rows_per_scale = 128;
+  size_t row_stride = 0, block_stride = 1;
+};
+void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const Fp8WeightScales& Ws, const bf16* bias, float* y, int T,
+                     int N, int K);
 
 // y[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * gain              x, y [T][H], gain [H] BF16
 void f32_bf16w_rmsnorm(const float* x, const bf16* gain, float* y, int T, int H, float eps);

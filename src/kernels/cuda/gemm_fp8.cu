@@ -49,8 +49,8 @@ BlockFp8Gemm::~BlockFp8Gemm() {
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
 }
 
-BlockFp8Gemm::Plan* BlockFp8Gemm::plan(int M, int N, int K) {
-  auto key = std::make_tuple(M, N, K);
+BlockFp8Gemm::Plan* BlockFp8Gemm::plan(int M, int N, int K, WeightScales wmode) {
+  auto key = std::make_tuple(M, N, K, wmode);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   auto* lt = static_cast<cublasLtHandle_t>(lt_);
   for (bool f32_out : {true, false}) {
@@ -58,7 +58,9 @@ BlockFp8Gemm::Plan* BlockFp8Gemm::plan(int M, int N, int K) {
     p->f32_out = f32_out;
     OSPREY_LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const int32_t a_mode = wmode == WeightScales::Row1x128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                                           : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
@@ -95,15 +97,19 @@ BlockFp8Gemm::Plan* BlockFp8Gemm::plan(int M, int N, int K) {
   return nullptr;
 }
 
-bool BlockFp8Gemm::available(int M, int N, int K) { return M >= 4 && M % 4 == 0 && plan(M, N, K) != nullptr; }
+bool BlockFp8Gemm::available(int M, int N, int K, WeightScales wmode) {
+  return M >= 4 && M % 4 == 0 && (wmode == WeightScales::Block128x128 || N % 4 == 0) && plan(M, N, K, wmode) != nullptr;
+}
 
 void BlockFp8Gemm::run(const uint8_t* W, const float* ws, const uint8_t* x, const float* xs, float* y, int M, int N,
-                       int K) {
+                       int K, WeightScales wmode) {
   if (M % 4 || M < 4) fail_plain("BlockFp8Gemm: M must be a positive multiple of 4 (got " + std::to_string(M) + ")");
-  Plan* pp = plan(M, N, K);
+  if (wmode == WeightScales::Row1x128 && N % 4)
+    fail_plain("BlockFp8Gemm: 1x128 weight scales need N % 4 == 0 (got " + std::to_string(N) + ")");
+  Plan* pp = plan(M, N, K, wmode);
   if (!pp)
     fail_plain("cuBLASLt has no FP8 block-scaled algorithm for M=" + std::to_string(M) + " N=" + std::to_string(N) +
-               " K=" + std::to_string(K));
+               " K=" + std::to_string(K) + (wmode == WeightScales::Row1x128 ? " with 1x128 weight scales" : ""));
   Plan& p = *pp;
   OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof(ws)));
   OSPREY_LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof(xs)));

@@ -233,7 +233,71 @@ __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf1
   }
 }
 
+// Thread i: group g of 128-column block kb of row n of expert e (as above): its 32 codes as E4M3
+// at the block's largest scale, in the checkpoint's column order; the block's first row's g == 0
+// thread writes the block scale. The 16 E2M1 codes of a group share one distance d, so 8
+// conversions give every magnitude.
+__global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp4AsFp8 out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int KB = mxfp4_act_cols(W.K) / kBlk, G = W.K / kMxfp4Group;
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(W.experts) * W.N * KB * 4) return;
+  const int g = int(i % 4), kb = int(i / 4 % KB), n = int(i / 4 / KB % W.N), e = int(i / 4 / KB / W.N);
+  const int groups = min(4, G - 4 * kb);  // the block's groups K has
+  if (g >= groups || __ldcg(seg + e + 1) <= __ldcg(seg + e)) return;
+  const uint8_t* tile = W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes;
+  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(tile + 1024 + 4 * (n % kMxfp4TileRows));
+  int smax = 0;
+  if (out.block_rows == 1) {
+    for (int c = 0; c < groups; ++c) smax = max(smax, int((s4 >> (8 * c)) & 0xFF));
+  } else {
+    const int NB = (W.N + out.block_rows - 1) / out.block_rows;
+    smax = out.smax[(size_t(e) * NB + n / out.block_rows) * KB + kb];
+  }
+  const int d = smax - int((s4 >> (8 * g)) & 0xFF);
+  if (g == 0 && n % out.block_rows == 0)
+    out.scales[size_t(e) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n, kb)] =
+        ldexpf(1.0f, smax - 127 - kMxfp4Fp8Shift);
+  uint32_t mag[8];  // E4M3 code of E2M1 magnitude m at distance d
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float v = m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));  // E2M1
+    mag[m] = d > kMxfp4Fp8ZeroSpan ? 0u : e4m3_code(ldexpf(v, kMxfp4Fp8Shift - d));
+  }
+  uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
+  const uint32_t words[4] = {mxfp4_unpack_word(raw.x), mxfp4_unpack_word(raw.y), mxfp4_unpack_word(raw.z),
+                             mxfp4_unpack_word(raw.w)};
+  uint32_t codes[8];  // column 8w + j: nibble j of word w (the checkpoint's order)
+#pragma unroll
+  for (int w = 0; w < 4; ++w)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t packed = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t c = (words[w] >> (4 * (4 * h + j))) & 0xF;
+        packed |= (mag[c & 7] | ((c & 8) << 4)) << (8 * j);
+      }
+      codes[2 * w + h] = packed;
+    }
+  uint4* dst = reinterpret_cast<uint4*>(out.codes + (size_t(e) * W.N + n) * W.K + size_t(kb) * kBlk + 32 * g);
+  dst[0] = make_uint4(codes[0], codes[1], codes[2], codes[3]);
+  dst[1] = make_uint4(codes[4], codes[5], codes[6], codes[7]);
+}
+
 }  // namespace
+
+void mxfp4_experts_to_fp8(const Mxfp4ExpertsView& W, const int32_t* seg, const Mxfp4AsFp8& out, cudaStream_t st) {
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || !seg || !out.codes || !out.scales ||
+      (out.block_rows != 1 && out.block_rows != 128) || (out.block_rows == 128 && !out.smax) ||
+      out.scales_per_expert < mxfp4_fp8_scales_size(W.N, W.K, out.block_rows))
+    fail_plain("mxfp4_experts_to_fp8: N must be a multiple of 16, K of 32, with the experts' segments, blocks of 1 or "
+               "128 rows (128: with their Smax table) and room for the scales (got N " + std::to_string(W.N) + ", K " +
+               std::to_string(W.K) + ", block rows " + std::to_string(out.block_rows) + ")");
+  const size_t n = size_t(W.experts) * W.N * (mxfp4_act_cols(W.K) / kBlk) * 4;
+  launch_pdl("dequant", mxfp4_to_fp8_kernel, unsigned((n + 255) / 256), 256, 0, st, W, seg, out);
+}
 
 void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st) {
   if (W.N % 16 || W.K % 32 || W.experts < 1 || !seg)

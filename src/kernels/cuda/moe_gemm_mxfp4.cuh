@@ -60,4 +60,20 @@ void moe_swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int 
 // of cuBLAS beat the in-register decode there). Other experts' rows are left as they were.
 void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st);
 
+// The weights of every expert that has rows as FP8 E4M3 with power-of-two block scales
+// (formats/mxfp4.h mxfp4_to_fp8, bit for bit): codes [experts][N][K], each expert's scales at
+// scales + e * scales_per_expert in mxfp4_to_fp8's layout for block_rows (1: [KB][N]; 128:
+// [round4(NB)][round4(KB)], whose Smax per block comes from smax [experts][ceil(N/128)][KB],
+// mxfp4_fp8_smax_table). Other experts' buffers, and padding entries, are left as they are. For
+// cuBLASLt's FP8 GEMM (BlockFp8Gemm, WeightScales::Row1x128 or Block128x128) on FP8 activations:
+// the W4A8 prefill of long prompt chunks with FP8 dense layers.
+struct Mxfp4AsFp8 {
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  size_t scales_per_expert = 0;
+  int block_rows = 1;              // 1 or 128
+  const uint8_t* smax = nullptr;   // block_rows 128
+};
+void mxfp4_experts_to_fp8(const Mxfp4ExpertsView& W, const int32_t* seg, const Mxfp4AsFp8& out, cudaStream_t st);
+
 }  // namespace osprey::cuda
