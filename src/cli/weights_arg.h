@@ -13,11 +13,6 @@
 
 namespace osprey::cli {
 
-// auto's choice: MXFP4 experts when FP8 weights would take more than half of the card (they would
-// leave the KV cache less room than the weights: the 120b on an H200 keeps 12.8 GB of KV with FP8
-// experts, 67 GB with MXFP4), else FP8 (faster on the H200 today: docs/PERF.md).
-inline bool auto_picks_mxfp4(double fp8_weight_bytes, double card_bytes) { return fp8_weight_bytes > 0.5 * card_bytes; }
-
 struct WeightsArg {
   std::string value;          // empty: auto
   std::string dense = "fp8";  // --dense
@@ -35,9 +30,10 @@ struct WeightsArg {
         ->check(CLI::IsMember({"fp8", "bf16"}));
     cmd->add_option("--weights", value,
                     "cuda: the experts on the GPU: mxfp4 (as the checkpoint ships them, 4.25 bits a weight, exact, "
-                    "BF16 activations), fp8 (converted to FP8 128x128 blocks, FP8 activations), or auto (the "
-                    "default: mxfp4 where FP8 weights would take over half the card, as the 120b does, else fp8, "
-                    "faster today); the dense layers are as --dense says")
+                    "BF16 activations; with --dense fp8 long prompt chunks run them W4A8, the weights converted "
+                    "exactly to FP8 for the chunk and the activations FP8; the default), fp8 (converted to FP8 "
+                    "128x128 blocks at load, FP8 activations: 1.7x the bytes), or auto (mxfp4, or fp8 for a "
+                    "checkpoint `osprey convert` wrote); the dense layers are as --dense says")
         ->check(CLI::IsMember({"auto", "mxfp4", "fp8", "bf16"}));
   }
   // Refuses, before anything loads, --weights where the run has no engine path to apply it to (the
@@ -82,12 +78,11 @@ struct WeightsArg {
   GptOssCudaFp8::ExpertWeights experts(const GptOssWeights& w) const {
     if (value == "fp8") return GptOssCudaFp8::ExpertWeights::Fp8;
     if (value == "mxfp4") return GptOssCudaFp8::ExpertWeights::Mxfp4;
-    if (w.fp8) return GptOssCudaFp8::ExpertWeights::Fp8;  // auto: a converted checkpoint has no MXFP4
-    const double fp8 = fp8_weight_bytes(w.config), card = GptOssCudaFp8::device_memory_bytes();
-    const bool mx = auto_picks_mxfp4(fp8, card);
-    log_info("--weights auto: experts {} (FP8 weights would take {:.1f} of the card's {:.1f} GB)", mx ? "mxfp4" : "fp8",
-             fp8 / 1e9, card / 1e9);
-    return mx ? GptOssCudaFp8::ExpertWeights::Mxfp4 : GptOssCudaFp8::ExpertWeights::Fp8;
+    // auto: the experts as shipped (on the H200 the 20b decodes faster with them at every batch,
+    // in 0.59x the bytes, and prefills at 0.9x the FP8 experts' speed: docs/PERF.md); a converted
+    // checkpoint has no MXFP4.
+    if (w.fp8) return GptOssCudaFp8::ExpertWeights::Fp8;
+    return GptOssCudaFp8::ExpertWeights::Mxfp4;
   }
 };
 

@@ -137,11 +137,17 @@ struct GptOssCudaFp8::Impl {
   DeviceArray<cuda::bf16> experts_bf16;
   // With FP8 dense layers the long chunks' MXFP4 experts run W4A8 instead: one layer's experts
   // converted to FP8 with power-of-two block scales (formats/mxfp4.h mxfp4_to_fp8) for cuBLASLt on
-  // the FP8 rows the route kernel quantized. Codes [E][N][K], scales experts_fp8_sper an expert.
+  // the FP8 rows the route kernel quantized. [0]: the first GEMM's, [1]: the second's; codes
+  // [E][N][K], scales experts_fp8_sper an expert. The conversions run on conv_stream (low
+  // priority), a layer ahead: layer l + 1's first matrix as soon as layer l's first GEMMs are done
+  // with the buffer (conv_free[0]), so that it streams while the attention computes; the GEMMs
+  // wait on conv_ready.
   const bool mxfp4_lt_fp8 = mxfp4 && !dense_bf16;
-  DeviceArray<uint8_t> experts_fp8;
-  DeviceArray<float> experts_fp8_s;
+  DeviceArray<uint8_t> experts_fp8[2];
+  DeviceArray<float> experts_fp8_s[2];
   size_t experts_fp8_sper = 0;
+  cudaStream_t conv_stream{};
+  cudaEvent_t conv_ready[2]{}, conv_free[2]{}, forward_start{};
   std::unique_ptr<cuda::Blas> blas;
   std::map<int, cudaGraphExec_t> graphs;
   // The persistent decode kernel's plan per decode bucket (built on the bucket's first step).
@@ -395,13 +401,21 @@ struct GptOssCudaFp8::Impl {
       xb = DeviceArray<cuda::bf16>(size_t(std::max(R4, P)) * mxfp4_act_cols(H));
       ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
       if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E && mxfp4_lt_fp8) {
-        experts_fp8 = DeviceArray<uint8_t>(size_t(E) * std::max(size_t(2) * I * H, size_t(H) * I));
+        experts_fp8[0] = DeviceArray<uint8_t>(size_t(E) * 2 * I * H);
+        experts_fp8[1] = DeviceArray<uint8_t>(size_t(E) * H * I);
         for (int rows : {1, 128})
           experts_fp8_sper = std::max({experts_fp8_sper, mxfp4_fp8_scales_size(2 * I, H, rows),
                                        mxfp4_fp8_scales_size(H, I, rows)});
         const std::vector<float> ones(size_t(E) * experts_fp8_sper, 1.0f);
-        experts_fp8_s = DeviceArray<float>(ones.size());
-        OSPREY_CUDA_CHECK(cudaMemcpy(experts_fp8_s.ptr, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+        for (auto& sc : experts_fp8_s) {
+          sc = DeviceArray<float>(ones.size());
+          OSPREY_CUDA_CHECK(cudaMemcpy(sc.ptr, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+        }
+        int lo = 0, hi = 0;
+        OSPREY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        OSPREY_CUDA_CHECK(cudaStreamCreateWithPriority(&conv_stream, cudaStreamNonBlocking, lo));
+        for (cudaEvent_t* ev : {&conv_ready[0], &conv_ready[1], &conv_free[0], &conv_free[1], &forward_start})
+          OSPREY_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
         act_moe.reserve(P, H), act_a.reserve(P, I);
       } else if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E) {
         experts_bf16 = DeviceArray<cuda::bf16>(size_t(E) * std::max(size_t(2) * I * mxfp4_act_cols(H),
@@ -468,6 +482,11 @@ struct GptOssCudaFp8::Impl {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
     if (h_masks) cudaFreeHost(h_masks), cudaFreeHost(h_mask_has);
     cudaStreamDestroy(stream);
+    if (conv_stream) {
+      cudaStreamSynchronize(conv_stream);
+      for (cudaEvent_t ev : {conv_ready[0], conv_ready[1], conv_free[0], conv_free[1], forward_start}) cudaEventDestroy(ev);
+      cudaStreamDestroy(conv_stream);
+    }
   }
 
   // The most KV splits a decode step uses (the scratch is sized for it).
@@ -609,6 +628,23 @@ struct GptOssCudaFp8::Impl {
       for (int e = 0; e < E; ++e)
         if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
     };
+    // W4A8: matrix j (0: the first GEMM's, 1: the second's) of layer l converted on conv_stream
+    // once the buffer is free (every expert: the conversion runs before the routing is known).
+    const bool w4a8 = mxfp4_lt_fp8 && pass.lt_moe;
+    auto convert = [&](int l, int j) {
+      if (l >= cfg.num_layers) return;
+      const Mxfp4Weight& M = j == 0 ? layers[l].mx1 : layers[l].mx2;
+      cuda::mxfp4_experts_to_fp8(M.view(nullptr), nullptr,
+                                 {experts_fp8[j].ptr, experts_fp8_s[j].ptr, experts_fp8_sper, M.fp8_block_rows,
+                                  M.fp8_smax.ptr},
+                                 conv_stream);
+      OSPREY_CUDA_CHECK(cudaEventRecord(conv_ready[j], conv_stream));
+    };
+    if (w4a8) {
+      OSPREY_CUDA_CHECK(cudaEventRecord(forward_start, stream));  // the previous forward's GEMMs are done
+      OSPREY_CUDA_CHECK(cudaStreamWaitEvent(conv_stream, forward_start, 0));
+      convert(0, 0), convert(0, 1);
+    }
     for (int l = 0; l < cfg.num_layers; ++l) {
       Layer& L = layers[l];
       const cuda::KvLayerView kv = view(l);
@@ -707,21 +743,23 @@ struct GptOssCudaFp8::Impl {
         // experts as loaded, or MXFP4 experts converted (W4A8) for each GEMM in turn.
         cuda::gather_act_1x128(act_h.q.ptr, act_h.s.ptr, ld, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr,
                                by_expert, stream);
-        auto convert = [&](const Mxfp4Weight& M) {
-          cuda::mxfp4_experts_to_fp8(M.view(nullptr), d_seg.ptr,
-                                     {experts_fp8.ptr, experts_fp8_s.ptr, experts_fp8_sper, M.fp8_block_rows,
-                                      M.fp8_smax.ptr},
-                                     stream);
-        };
         auto wmode = [&](const Mxfp4Weight& M) {
           return mxfp4 && M.fp8_block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
         };
         // Expert e's codes and scales for a GEMM of N outputs and K inputs.
         auto weights = [&](const Fp8Weight& W, int e, int N, int K) -> std::pair<const uint8_t*, const float*> {
           if (!mxfp4) return {W.data(e), W.scale(e)};
-          return {experts_fp8.ptr + size_t(e) * N * K, experts_fp8_s.ptr + size_t(e) * experts_fp8_sper};
+          const int j = &W == &L.mlp1 ? 0 : 1;
+          return {experts_fp8[j].ptr + size_t(e) * N * K, experts_fp8_s[j].ptr + size_t(e) * experts_fp8_sper};
         };
-        if (mxfp4) convert(L.mx1);
+        // After layer l's GEMMs of matrix j: its buffer takes layer l + 1's.
+        auto release = [&](int j) {
+          if (!mxfp4) return;
+          OSPREY_CUDA_CHECK(cudaEventRecord(conv_free[j], stream));
+          OSPREY_CUDA_CHECK(cudaStreamWaitEvent(conv_stream, conv_free[j], 0));
+          convert(l + 1, j);
+        };
+        if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[0], 0));
         sync_segments();
         const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
         each_expert([&](int e, int r0, int n) {
@@ -730,14 +768,16 @@ struct GptOssCudaFp8::Impl {
           const auto [wq, ws] = weights(L.mlp1, e, 2 * I, H);
           lt->run(wq, ws, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H, wmode(L.mx1));
         });
+        release(0);
         cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr,
                                   stream);
-        if (mxfp4) convert(L.mx2);
+        if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[1], 0));
         each_expert([&](int e, int r0, int n) {
           const auto [wq, ws] = weights(L.mlp2, e, H, I);
           lt->run(wq, ws, act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0, y.ptr + size_t(r0) * H, n, H,
                   I, wmode(L.mx2));
         });
+        release(1);
       } else {
         cuda::Fp8ExpertRows by_token = fp8_rows;  // each sorted row reads its token's quantized row
         by_token.x_rows = d_row_token.ptr, by_token.x_ld = ld;
@@ -999,7 +1039,7 @@ struct GptOssCudaFp8::Impl {
     pass.lt_dense = opt.cublaslt;
     pass.lt_moe = mxfp4 ? T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts &&
                               (experts_bf16.ptr ||
-                               (experts_fp8.ptr && lt->available(4, 2 * I, H, cuda::WeightScales::Row1x128) &&
+                               (experts_fp8[0].ptr && lt->available(4, 2 * I, H, cuda::WeightScales::Row1x128) &&
                                 lt->available(4, H, I, cuda::WeightScales::Row1x128) && lt->available(4, 2 * I, H) &&
                                 lt->available(4, H, I)))
                         : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&

@@ -3,11 +3,21 @@
 # SKIP_TESTS=1 skips them), compute-sanitizer on SANITIZE (a gtest filter), then `bench --backend
 # cuda` of MODEL (20b or 120b synthetic; the 120b in /dev/shm) for each --weights in WEIGHTS
 # (default mxfp4 fp8), this build and, with BASE_BIN, another build's osprey, in this call
-# (BENCH_ARGS). Logs to $OUT.
+# (BENCH_ARGS). With FIDELITY set, first the trained osprey-mini's logits on the expert paths
+# against the CPU fp32 engine (bench/fidelity_paths.py over FID_IDS, `train/data.py --train 10
+# --test-per-family 4 --seed 1` rendered by `osprey render --reply`, carried in build/fid: 6 of its
+# 32 dialogues are long enough, 256 tokens, for the W4A8 prefill). Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 [ -z "${SKIP_TESTS:-}" ] && timeout ${TESTS_S:-300} bash -c "source $(dirname "$0")/device_env.sh; cuda_tests"
 [ -n "${SANITIZE:-}" ] && sanitize_tests "$SANITIZE"
+if [ -n "${FIDELITY:-}" ]; then
+  mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
+  echo "== osprey-mini: expert paths against the CPU fp32 engine"
+  timeout ${FID_S:-200} python3 bench/fidelity_paths.py $B models/osprey-mini ${FID_IDS:-build/fid/test.ids} ${FID_N:-32} \
+    ${FID_PATHS:-cpu:mxfp4,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:no-cublaslt,cuda:fp8:weights=fp8,cuda:fp8:weights=mxfp4:dense=bf16} \
+    2>&1 | tee $OUT/fidelity_w4a8.md
+fi
 MODEL=${MODEL:-20b}
 [ "$MODEL" = none ] && exit 0
 DIR=$M/$MODEL; [ "$MODEL" = 120b ] && DIR=/dev/shm/120b

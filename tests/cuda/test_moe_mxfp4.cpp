@@ -315,7 +315,8 @@ TEST(MoeMxfp4, ActivationLayoutGathersRows) {
 // scales bit for bit, from the kernels' tiles, in blocks of 1 and of 128 rows: scales 2^(S - 127)
 // with S over [100, 140], so that blocks span past 2^14 (their small values round) as well as
 // within it; K = 2880 ends in half a block, N = 176 in a short row block. An expert without rows
-// keeps what its buffers held, and so do the scales' padding entries.
+// keeps what its buffers held, and so do the scales' padding entries; without segments every
+// expert converts.
 TEST(MoeMxfp4, Fp8ConversionEqualsItsCpuTwin) {
   const int E = 3, N = 176, K = 2880;
   const HostExperts W(E, N, K, 31, 100, 140);
@@ -348,14 +349,22 @@ TEST(MoeMxfp4, Fp8ConversionEqualsItsCpuTwin) {
         ASSERT_EQ(int(gc[size_t(e) * N * K + i]), e == 2 ? 0xA5 : int(rc[i])) << "code " << i;
       for (size_t i = 0; i < sper; ++i) ASSERT_EQ(gs[size_t(e) * sper + i], e == 2 ? -3.0f : rs[i]) << "scale " << i;
     }
+    // Without segments (the model converts a layer ahead, before its routing): every expert.
+    cuda::mxfp4_experts_to_fp8({tiles.p, nullptr, E, N, K}, nullptr, {codes.p, scales.p, sper, rows, dsmax.p}, nullptr);
+    const auto all = codes.get();
+    std::vector<float> rs(sper, -3.0f);
+    mxfp4_to_fp8(&W.blocks[size_t(2) * N * K / 2], &W.scales[size_t(2) * N * K / 32], N, K, rows, rc.data(), rs.data());
+    for (size_t i = 0; i < rc.size(); ++i) ASSERT_EQ(all[size_t(2) * N * K + i], rc[i]) << "expert 2 without segments, code " << i;
+    const auto alls = scales.get();
+    for (size_t i = 0; i < sper; ++i) ASSERT_EQ(alls[size_t(2) * sper + i], rs[i]) << "expert 2 without segments, scale " << i;
   }
 }
 
 // W4A8 end to end as the model runs a long chunk's experts: the weights converted on the GPU, the
 // rows quantized to FP8 in 1x128 blocks, cuBLASLt per expert with 1x128 and with 128x128 weight
-// scales. Against the CPU twin (f32_fp8w_matmul over the converted weights) up to the order of
-// sums; and, the scales here spanning less than 2^14, against the exact MXFP4 matmul of the same
-// FP8-rounded rows: the conversion loses nothing. Rows per expert 4, 12 and 200 (M % 4 == 0, as
+// scales. Against the CPU twin (f32_fp8w_matmul over the converted weights) up to cuBLASLt's FP8
+// accumulation; and the twin, the scales here spanning less than 2^14, against the exact MXFP4
+// matmul of the same FP8-rounded rows up to the order of sums: the conversion loses nothing. Rows per expert 4, 12 and 200 (M % 4 == 0, as
 // sorted); N = 320 ends in a short row block.
 TEST(MoeMxfp4, W4a8ExpertsThroughCublasLtEqualCpuTwin) {
   const int E = 3, N = 320, K = 2880, KB = (K + 127) / 128;
@@ -405,8 +414,10 @@ TEST(MoeMxfp4, W4a8ExpertsThroughCublasLtEqualCpuTwin) {
           xd[size_t(m) * K + k] = fp8::to_f32(xq[size_t(m) * K + k]) * xs[size_t(k / 128) * M + m];
       cpu::f32_mxfp4w_matmul(xd.data(), &W.blocks[size_t(e) * N * K / 2], &W.scales[size_t(e) * N * K / 32], nullptr,
                              exact.data(), M, N, K);
-      EXPECT_LT(rel_err(got, twin), 2e-6);
-      EXPECT_LT(rel_err(got, exact), 2e-6);
+      // cuBLASLt's FP8 products are ~1-2e-4 from exact fp32 sums (measured on the H200, as in
+      // CudaFp8.CublasLtScaleLayout*); a wrong scale or layout gives O(1).
+      EXPECT_LT(rel_err(got, twin), 5e-4);
+      EXPECT_LT(rel_err(twin, exact), 1e-6) << "the conversion lost something";
     }
   }
 }

@@ -245,7 +245,7 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
   if (i >= size_t(W.experts) * W.N * KB * 4) return;
   const int g = int(i % 4), kb = int(i / 4 % KB), n = int(i / 4 / KB % W.N), e = int(i / 4 / KB / W.N);
   const int groups = min(4, G - 4 * kb);  // the block's groups K has
-  if (g >= groups || __ldcg(seg + e + 1) <= __ldcg(seg + e)) return;
+  if (g >= groups || (seg && __ldcg(seg + e + 1) <= __ldcg(seg + e))) return;
   const uint8_t* tile = W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes;
   const uint32_t s4 = *reinterpret_cast<const uint32_t*>(tile + 1024 + 4 * (n % kMxfp4TileRows));
   int smax = 0;
@@ -289,10 +289,10 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
 }  // namespace
 
 void mxfp4_experts_to_fp8(const Mxfp4ExpertsView& W, const int32_t* seg, const Mxfp4AsFp8& out, cudaStream_t st) {
-  if (W.N % 16 || W.K % 32 || W.experts < 1 || !seg || !out.codes || !out.scales ||
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || !out.codes || !out.scales ||
       (out.block_rows != 1 && out.block_rows != 128) || (out.block_rows == 128 && !out.smax) ||
       out.scales_per_expert < mxfp4_fp8_scales_size(W.N, W.K, out.block_rows))
-    fail_plain("mxfp4_experts_to_fp8: N must be a multiple of 16, K of 32, with the experts' segments, blocks of 1 or "
+    fail_plain("mxfp4_experts_to_fp8: N must be a multiple of 16, K of 32, blocks of 1 or "
                "128 rows (128: with their Smax table) and room for the scales (got N " + std::to_string(W.N) + ", K " +
                std::to_string(W.K) + ", block rows " + std::to_string(out.block_rows) + ")");
   const size_t n = size_t(W.experts) * W.N * (mxfp4_act_cols(W.K) / kBlk) * 4;

@@ -60,7 +60,7 @@ void moe_swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int 
 // of cuBLAS beat the in-register decode there). Other experts' rows are left as they were.
 void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st);
 
-// The weights of every expert that has rows as FP8 E4M3 with power-of-two block scales
+// The weights of every expert that has rows (seg null: of every expert) as FP8 E4M3 with power-of-two block scales
 // (formats/mxfp4.h mxfp4_to_fp8, bit for bit): codes [experts][N][K], each expert's scales at
 // scales + e * scales_per_expert in mxfp4_to_fp8's layout for block_rows (1: [KB][N]; 128:
 // [round4(NB)][round4(KB)], whose Smax per block comes from smax [experts][ceil(N/128)][KB],
