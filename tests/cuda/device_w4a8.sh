@@ -2,8 +2,8 @@
 # W4A8 prefill of MXFP4 experts (issue 14) on the GPU machine: the CUDA tests (TEST_FILTER;
 # SKIP_TESTS=1 skips them), compute-sanitizer on SANITIZE (a gtest filter), then `bench --backend
 # cuda` of MODEL (20b or 120b synthetic; the 120b in /dev/shm) for each --weights in WEIGHTS
-# (default mxfp4 fp8), this build and, with BASE_BIN, another build's osprey, in this call
-# (BENCH_ARGS). With FIDELITY set, first the trained osprey-mini's logits on the expert paths
+# (default mxfp4 fp8), this build and, with BASE_BIN, another build's osprey (for the weights in
+# BASE_WEIGHTS, default all), in this call (BENCH_ARGS; BENCH_ARGS_FP8 for the fp8 runs). With FIDELITY set, first the trained osprey-mini's logits on the expert paths
 # against the CPU fp32 engine (bench/fidelity_paths.py over FID_IDS, `train/data.py --train 10
 # --test-per-family 4 --seed 1` rendered by `osprey render --reply`, carried in build/fid: 6 of its
 # 32 dialogues are long enough, 256 tokens, for the W4A8 prefill). Logs to $OUT.
@@ -22,9 +22,11 @@ MODEL=${MODEL:-20b}
 [ "$MODEL" = none ] && exit 0
 DIR=$M/$MODEL; [ "$MODEL" = 120b ] && DIR=/dev/shm/120b
 [ -d $DIR ] || ( time $B synth --preset $MODEL --seed 1 --out $DIR --quiet ) 2>&1 | grep -E "real|rror"
-run() {  # label binary weights
-  timeout ${BENCH_S:-200} $2 bench --backend cuda --model $DIR --weights $3 \
-    ${BENCH_ARGS:---prefill-lens 8192 --batches 1,64 --contexts 8192 --steps 16} \
+run() {  # label binary weights (BENCH_ARGS_FP8: the fp8 runs' own arguments, e.g. the 120b's prefill only)
+  local args=${BENCH_ARGS:---prefill-lens 8192 --batches 1,64 --contexts 8192 --steps 16}
+  [ "$3" = fp8 ] && [ -n "${BENCH_ARGS_FP8:-}" ] && args=$BENCH_ARGS_FP8
+  [ "$1" = base ] && [ -n "${BASE_WEIGHTS:-}" ] && [[ " $BASE_WEIGHTS " != *" $3 "* ]] && return
+  timeout ${BENCH_S:-200} $2 bench --backend cuda --model $DIR --weights $3 $args \
     --json $OUT/bench_${MODEL}_$1_$3.json > $OUT/bench_${MODEL}_$1_$3.log 2>&1
   echo "-- $MODEL $1 $3"; grep -E "^\| [0-9]|W4A8|KV blocks|rror" $OUT/bench_${MODEL}_$1_$3.log | grep -v "^|--"
 }
