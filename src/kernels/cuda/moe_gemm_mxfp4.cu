@@ -259,11 +259,15 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
   if (g == 0 && n % out.block_rows == 0)
     out.scales[size_t(e) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n, kb)] =
         ldexpf(1.0f, smax - 127 - kMxfp4Fp8Shift);
-  uint32_t mag[8];  // E4M3 code of E2M1 magnitude m at distance d
+  // The E4M3 codes of the 8 E2M1 magnitudes at distance d, bytes of mag[0] (0-3) and mag[1] (4-7):
+  // a PRMT then looks 4 of them up at once (a register array indexed by the code would live in
+  // local memory).
+  uint32_t mag[2] = {0u, 0u};
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
     const float v = m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));  // E2M1
-    mag[m] = d > kMxfp4Fp8ZeroSpan ? 0u : e4m3_code(ldexpf(v, kMxfp4Fp8Shift - d));
+    const uint32_t code = d > kMxfp4Fp8ZeroSpan ? 0u : e4m3_code(ldexpf(v, kMxfp4Fp8Shift - d));
+    mag[m / 4] |= code << (8 * (m % 4));
   }
   uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
   const uint32_t words[4] = {mxfp4_unpack_word(raw.x), mxfp4_unpack_word(raw.y), mxfp4_unpack_word(raw.z),
@@ -273,13 +277,9 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
   for (int w = 0; w < 4; ++w)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      uint32_t packed = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t c = (words[w] >> (4 * (4 * h + j))) & 0xF;
-        packed |= (mag[c & 7] | ((c & 8) << 4)) << (8 * j);
-      }
-      codes[2 * w + h] = packed;
+      const uint32_t x = (words[w] >> (16 * h)) & 0xFFFFu;  // 4 codes
+      const uint32_t sign = ((x & 0x8u) << 4) | ((x & 0x80u) << 8) | ((x & 0x800u) << 12) | ((x & 0x8000u) << 16);
+      codes[2 * w + h] = __byte_perm(mag[0], mag[1], x & 0x7777u) | sign;
     }
   uint4* dst = reinterpret_cast<uint4*>(out.codes + (size_t(e) * W.N + n) * W.K + size_t(kb) * kBlk + 32 * g);
   dst[0] = make_uint4(codes[0], codes[1], codes[2], codes[3]);
