@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "formats/fp8.h"
 
@@ -48,12 +49,23 @@ uint8_t mxfp4_e2m1_to_e4m3(int c, int d) {
   return sign | fp8::from_f32(std::ldexp(std::fabs(kE2M1Values[c & 15]), kMxfp4Fp8Shift - d));
 }
 
-int mxfp4_fp8_block_smax(const uint8_t* scales, int N, int K, int block_rows, int rb, int kb) {
+namespace {
+// The smallest and largest scale of the block of rows [rb * block_rows, +block_rows) and columns
+// [128 kb, +128): the groups it has.
+std::pair<int, int> block_scale_range(const uint8_t* scales, int N, int K, int block_rows, int rb, int kb) {
   const int G = K / kMxfp4Group;
-  int smax = 0;
+  int smin = 255, smax = 0;
   for (int n = rb * block_rows; n < std::min(N, (rb + 1) * block_rows); ++n)
-    for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) smax = std::max(smax, int(scales[size_t(n) * G + g]));
-  return smax;
+    for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) {
+      const int sc = scales[size_t(n) * G + g];
+      smin = std::min(smin, sc), smax = std::max(smax, sc);
+    }
+  return {smin, smax};
+}
+}  // namespace
+
+int mxfp4_fp8_block_smax(const uint8_t* scales, int N, int K, int block_rows, int rb, int kb) {
+  return block_scale_range(scales, N, K, block_rows, rb, kb).second;
 }
 
 void mxfp4_to_fp8(const uint8_t* blocks, const uint8_t* scales, int N, int K, int block_rows, uint8_t* codes,
@@ -78,35 +90,32 @@ void mxfp4_to_fp8(const uint8_t* blocks, const uint8_t* scales, int N, int K, in
 }
 
 size_t mxfp4_fp8_inexact_blocks(const uint8_t* scales, int N, int K, int block_rows) {
-  const int G = K / kMxfp4Group, KB = fp8::blocks(K), NB = (N + block_rows - 1) / block_rows;
+  const int KB = fp8::blocks(K), NB = (N + block_rows - 1) / block_rows;
   size_t count = 0;
   for (int rb = 0; rb < NB; ++rb)
     for (int kb = 0; kb < KB; ++kb) {
-      int smin = 255, smax = 0;
-      for (int n = rb * block_rows; n < std::min(N, (rb + 1) * block_rows); ++n)
-        for (int g = 4 * kb; g < std::min(G, 4 * kb + 4); ++g) {
-          const int sc = scales[size_t(n) * G + g];
-          smin = std::min(smin, sc), smax = std::max(smax, sc);
-        }
+      const auto [smin, smax] = block_scale_range(scales, N, K, block_rows, rb, kb);
       count += smax - smin > kMxfp4Fp8ExactSpan;
     }
   return count;
 }
 
-int mxfp4_fp8_block_rows(const uint8_t* scales, int experts, int N, int K) {
+Mxfp4Fp8Blocks mxfp4_fp8_blocks(const uint8_t* scales, int experts, int N, int K) {
+  const int KB = fp8::blocks(K), NB = (N + 127) / 128;
   const size_t per = size_t(N) * (K / kMxfp4Group);
+  Mxfp4Fp8Blocks b;
+  b.smax.resize(size_t(experts) * NB * KB);
   size_t inexact = 0;
 #pragma omp parallel for reduction(+ : inexact) schedule(dynamic)
-  for (int e = 0; e < experts; ++e) inexact += mxfp4_fp8_inexact_blocks(scales + e * per, N, K, 128);
-  return inexact ? 1 : 128;
-}
-
-std::vector<uint8_t> mxfp4_fp8_smax_table(const uint8_t* scales, int N, int K) {
-  const int KB = fp8::blocks(K), NB = (N + 127) / 128;
-  std::vector<uint8_t> t(size_t(NB) * KB);
-  for (int rb = 0; rb < NB; ++rb)
-    for (int kb = 0; kb < KB; ++kb) t[size_t(rb) * KB + kb] = uint8_t(mxfp4_fp8_block_smax(scales, N, K, 128, rb, kb));
-  return t;
+  for (int e = 0; e < experts; ++e)
+    for (int rb = 0; rb < NB; ++rb)
+      for (int kb = 0; kb < KB; ++kb) {
+        const auto [smin, smax] = block_scale_range(scales + e * per, N, K, 128, rb, kb);
+        b.smax[(size_t(e) * NB + rb) * KB + kb] = uint8_t(smax);
+        inexact += smax - smin > kMxfp4Fp8ExactSpan;
+      }
+  b.block_rows = inexact ? 1 : 128;
+  return b;
 }
 
 }  // namespace osprey

@@ -137,10 +137,14 @@ void mxfp4_to_fp8(const uint8_t* blocks, const uint8_t* scales, int N, int K, in
                   float* block_scales);
 // The blocks whose scales span more than 2^14 (those whose small values round).
 size_t mxfp4_fp8_inexact_blocks(const uint8_t* scales, int N, int K, int block_rows);
-// The block shape a matrix of `experts` experts converts with: 128 rows where every 128x128 block
-// of every expert converts exactly, else 1 (OpenMP over experts).
-int mxfp4_fp8_block_rows(const uint8_t* scales, int experts, int N, int K);
-// Smax per 128-row block, [ceil(N/128)][KB]: what the GPU conversion reads for block_rows 128.
-std::vector<uint8_t> mxfp4_fp8_smax_table(const uint8_t* scales, int N, int K);
+// A matrix of `experts` experts (scales [experts][N][K/32]), in one pass over its scales (OpenMP
+// over experts): the block shape it converts with, 128 rows where every 128x128 block of every
+// expert converts exactly, else 1; and the Smax of every 128x128 block, [experts][ceil(N/128)][KB],
+// what the GPU conversion reads for block_rows 128.
+struct Mxfp4Fp8Blocks {
+  int block_rows = 1;
+  std::vector<uint8_t> smax;
+};
+Mxfp4Fp8Blocks mxfp4_fp8_blocks(const uint8_t* scales, int experts, int N, int K);
 
 }  // namespace osprey

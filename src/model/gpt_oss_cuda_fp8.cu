@@ -87,10 +87,6 @@ struct ActBuf {
 
 }  // namespace
 
-// MXFP4 experts go through cuBLAS(Lt) GEMMs (the weights converted for the chunk) from this many
-// rows an expert on average (model/gpt_oss_forward.h, which the CPU emulation follows).
-constexpr int kLtMxfp4RowsPerExpert = kMxfp4LtRowsPerExpert;
-
 struct GptOssCudaFp8::Impl {
   const GptOssConfig cfg;
   const Options opt;
@@ -248,15 +244,9 @@ struct GptOssCudaFp8::Impl {
     dst.tiles = upload(staging.data(), n);
     weight_bytes += double(n);
     if (mxfp4_lt_fp8 && opt.cublaslt) {
-      dst.fp8_block_rows = mxfp4_fp8_block_rows(src.scales, src.experts, src.rows, src.cols);
-      if (dst.fp8_block_rows == 128) {
-        std::vector<uint8_t> smax;
-        for (int e = 0; e < src.experts; ++e) {
-          const auto t = mxfp4_fp8_smax_table(src.expert_scales(e), src.rows, src.cols);
-          smax.insert(smax.end(), t.begin(), t.end());
-        }
-        dst.fp8_smax = upload(smax.data(), smax.size());
-      }
+      const Mxfp4Fp8Blocks b = mxfp4_fp8_blocks(src.scales, src.experts, src.rows, src.cols);
+      dst.fp8_block_rows = b.block_rows;
+      if (b.block_rows == 128) dst.fp8_smax = upload(b.smax.data(), b.smax.size());
     }
   }
 
@@ -400,7 +390,10 @@ struct GptOssCudaFp8::Impl {
       // xb holds the norm output by token, or (lt_moe) gathered by sorted row.
       xb = DeviceArray<cuda::bf16>(size_t(std::max(R4, P)) * mxfp4_act_cols(H));
       ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
-      if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E && mxfp4_lt_fp8) {
+      // Long chunks through cuBLAS(Lt) (kMxfp4LtRowsPerExpert, model/gpt_oss_forward.h): W4A8 with
+      // FP8 dense layers, BF16 with BF16 ones.
+      const bool long_chunks = opt.cublaslt && R * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * E;
+      if (long_chunks && mxfp4_lt_fp8) {
         experts_fp8[0] = DeviceArray<uint8_t>(size_t(E) * 2 * I * H);
         experts_fp8[1] = DeviceArray<uint8_t>(size_t(E) * H * I);
         for (int rows : {1, 128})
@@ -417,7 +410,7 @@ struct GptOssCudaFp8::Impl {
         for (cudaEvent_t* ev : {&conv_ready[0], &conv_ready[1], &conv_free[0], &conv_free[1], &forward_start})
           OSPREY_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
         act_moe.reserve(P, H), act_a.reserve(P, I);
-      } else if (opt.cublaslt && R * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * E) {
+      } else if (long_chunks) {
         experts_bf16 = DeviceArray<cuda::bf16>(size_t(E) * std::max(size_t(2) * I * mxfp4_act_cols(H),
                                                                      size_t(H) * mxfp4_act_cols(I)));
         if (!blas) blas = std::make_unique<cuda::Blas>(stream);
@@ -746,10 +739,9 @@ struct GptOssCudaFp8::Impl {
         auto wmode = [&](const Mxfp4Weight& M) {
           return mxfp4 && M.fp8_block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
         };
-        // Expert e's codes and scales for a GEMM of N outputs and K inputs.
-        auto weights = [&](const Fp8Weight& W, int e, int N, int K) -> std::pair<const uint8_t*, const float*> {
+        // Expert e's codes and scales for GEMM j (0: W = mlp1, 1: mlp2) of N outputs and K inputs.
+        auto weights = [&](int j, const Fp8Weight& W, int e, int N, int K) -> std::pair<const uint8_t*, const float*> {
           if (!mxfp4) return {W.data(e), W.scale(e)};
-          const int j = &W == &L.mlp1 ? 0 : 1;
           return {experts_fp8[j].ptr + size_t(e) * N * K, experts_fp8_s[j].ptr + size_t(e) * experts_fp8_sper};
         };
         // After layer l's GEMMs of matrix j: its buffer takes layer l + 1's.
@@ -765,7 +757,7 @@ struct GptOssCudaFp8::Impl {
         each_expert([&](int e, int r0, int n) {
           const uint8_t* xq = act_moe.q.ptr + size_t(r0) * H;
           const float* xs = act_moe.s.ptr + size_t(KBh) * r0;
-          const auto [wq, ws] = weights(L.mlp1, e, 2 * I, H);
+          const auto [wq, ws] = weights(0, L.mlp1, e, 2 * I, H);
           lt->run(wq, ws, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H, wmode(L.mx1));
         });
         release(0);
@@ -773,7 +765,7 @@ struct GptOssCudaFp8::Impl {
                                   stream);
         if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[1], 0));
         each_expert([&](int e, int r0, int n) {
-          const auto [wq, ws] = weights(L.mlp2, e, H, I);
+          const auto [wq, ws] = weights(1, L.mlp2, e, H, I);
           lt->run(wq, ws, act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0, y.ptr + size_t(r0) * H, n, H,
                   I, wmode(L.mx2));
         });
@@ -1037,7 +1029,7 @@ struct GptOssCudaFp8::Impl {
     set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
     Pass& pass = st.pass;
     pass.lt_dense = opt.cublaslt;
-    pass.lt_moe = mxfp4 ? T * cfg.experts_per_token >= kLtMxfp4RowsPerExpert * cfg.num_experts &&
+    pass.lt_moe = mxfp4 ? T * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * cfg.num_experts &&
                               (experts_bf16.ptr ||
                                (experts_fp8[0].ptr && lt->available(4, 2 * I, H, cuda::WeightScales::Row1x128) &&
                                 lt->available(4, H, I, cuda::WeightScales::Row1x128) && lt->available(4, 2 * I, H) &&

@@ -38,8 +38,8 @@ GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, b
   bf16_act_ = precision == CpuPrecision::Bf16;
   if (mxfp4_experts_ && w4a8_long_chunks_)
     for (const GptOssLayerWeights& L : w.layers)
-      w4a8_block_rows_.emplace_back(mxfp4_fp8_block_rows(L.mlp1.scales, L.mlp1.experts, L.mlp1.rows, L.mlp1.cols),
-                                    mxfp4_fp8_block_rows(L.mlp2.scales, L.mlp2.experts, L.mlp2.rows, L.mlp2.cols));
+      w4a8_block_rows_.emplace_back(mxfp4_fp8_blocks(L.mlp1.scales, L.mlp1.experts, L.mlp1.rows, L.mlp1.cols).block_rows,
+                                    mxfp4_fp8_blocks(L.mlp2.scales, L.mlp2.experts, L.mlp2.rows, L.mlp2.cols).block_rows);
   rope_ = gpt_oss_rope_table(w.config);
 }
 

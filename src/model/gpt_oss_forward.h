@@ -57,7 +57,7 @@ struct SequenceChunk {
 // rounded to BF16; a forward of at least kMxfp4W4a8RowsPerExpert rows an expert on average (a long
 // prompt chunk) runs them W4A8 as that path does: their inputs quantized to FP8 in 1x128 blocks,
 // the weights as FP8 with power-of-two block scales (formats/mxfp4.h mxfp4_to_fp8: 128x128 blocks
-// for a layer's matrix whose blocks all convert exactly, else 1x128; mxfp4_fp8_block_rows).
+// for a layer's matrix whose blocks all convert exactly, else 1x128; mxfp4_fp8_blocks).
 enum class CpuPrecision { AsStored, Fp8, Bf16, Mxfp4 };
 
 // The GPU's MXFP4 experts take cuBLAS(Lt) GEMMs over the layer's experts converted for the chunk
@@ -103,7 +103,7 @@ class GptOssCpuModel {
   bool mxfp4_experts_ = false;  // Mxfp4 precision: the experts as stored, their inputs rounded to BF16
   bool fp8_kv_ = false;         // keys and values rounded through the FP8 KV cache's format
   bool w4a8_long_chunks_ = true;
-  std::vector<std::pair<int, int>> w4a8_block_rows_;  // per layer: mlp1's, mlp2's (mxfp4_fp8_block_rows)
+  std::vector<std::pair<int, int>> w4a8_block_rows_;  // per layer: mlp1's, mlp2's (mxfp4_fp8_blocks)
   void round_act(std::vector<float>& v) const;
   std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)
   cpu::RopeTable rope_;

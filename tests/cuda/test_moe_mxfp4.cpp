@@ -330,11 +330,7 @@ TEST(MoeMxfp4, Fp8ConversionEqualsItsCpuTwin) {
     EXPECT_GT(inexact, 0u) << "the case should cover blocks that round";
     if (rows == 1) EXPECT_LT(inexact, size_t(E) * N * 23) << "and blocks that convert exactly";
     const size_t sper = mxfp4_fp8_scales_size(N, K, rows) + 5;
-    std::vector<uint8_t> smax;
-    for (int e = 0; e < E; ++e) {
-      const auto t = mxfp4_fp8_smax_table(&W.scales[size_t(e) * N * K / 32], N, K);
-      smax.insert(smax.end(), t.begin(), t.end());
-    }
+    const std::vector<uint8_t> smax = mxfp4_fp8_blocks(W.scales.data(), E, N, K).smax;
     Dev<uint8_t> codes(std::vector<uint8_t>(size_t(E) * N * K, 0xA5)), dsmax(smax);
     Dev<float> scales(std::vector<float>(size_t(E) * sper, -3.0f));
     cuda::mxfp4_experts_to_fp8({tiles.p, nullptr, E, N, K}, dseg.p, {codes.p, scales.p, sper, rows, dsmax.p}, nullptr);
@@ -369,7 +365,7 @@ TEST(MoeMxfp4, Fp8ConversionEqualsItsCpuTwin) {
 TEST(MoeMxfp4, W4a8ExpertsThroughCublasLtEqualCpuTwin) {
   const int E = 3, N = 320, K = 2880, KB = (K + 127) / 128;
   const HostExperts W(E, N, K, 57, 118, 131);
-  ASSERT_EQ(mxfp4_fp8_block_rows(W.scales.data(), E, N, K), 128);
+  ASSERT_EQ(mxfp4_fp8_blocks(W.scales.data(), E, N, K).block_rows, 128);
   const std::vector<int> rows = {4, 12, 200};
   std::vector<int32_t> seg = {0};
   for (int r : rows) seg.push_back(seg.back() + r);
@@ -380,11 +376,7 @@ TEST(MoeMxfp4, W4a8ExpertsThroughCublasLtEqualCpuTwin) {
     SCOPED_TRACE("blocks of " + std::to_string(block_rows) + " rows");
     const auto mode = block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
     const size_t sper = mxfp4_fp8_scales_size(N, K, block_rows);
-    std::vector<uint8_t> smax;
-    for (int e = 0; e < E; ++e) {
-      const auto t = mxfp4_fp8_smax_table(&W.scales[size_t(e) * N * K / 32], N, K);
-      smax.insert(smax.end(), t.begin(), t.end());
-    }
+    const std::vector<uint8_t> smax = mxfp4_fp8_blocks(W.scales.data(), E, N, K).smax;
     Dev<uint8_t> codes(size_t(E) * N * K), dsmax(smax);
     Dev<float> scales(std::vector<float>(size_t(E) * sper, 1.0f));
     cuda::mxfp4_experts_to_fp8({tiles.p, nullptr, E, N, K}, dseg.p, {codes.p, scales.p, sper, block_rows, dsmax.p},

@@ -451,7 +451,7 @@ TEST(Mxfp4Fp8, RowsConvertWithTheBlocksLargestScale) {
   mxfp4_to_fp8(blocks.data(), scales.data(), N, K, 1, codes.data(), bs.data());
   EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 1), 1u);
   EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 128), 1u);  // the two rows share that block
-  EXPECT_EQ(mxfp4_fp8_block_rows(scales.data(), 1, N, K), 1);
+  EXPECT_EQ(mxfp4_fp8_blocks(scales.data(), 1, N, K).block_rows, 1);
   std::vector<float> ref(K);
   for (int n = 0; n < N; ++n) {
     mxfp4_decode_row(&blocks[size_t(n) * G * 16], &scales[size_t(n) * G], K, ref.data());
@@ -478,12 +478,12 @@ TEST(Mxfp4Fp8, BlocksOf128RowsShareTheirLargestScale) {
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 53 + 7);
   for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(114 + (i * 7) % 15);  // span 14
   EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 128), 0u);
-  EXPECT_EQ(mxfp4_fp8_block_rows(scales.data(), 1, N, K), 128);
+  EXPECT_EQ(mxfp4_fp8_blocks(scales.data(), 1, N, K).block_rows, 128);
   std::vector<uint8_t> codes(size_t(N) * K);
   std::vector<float> bs(mxfp4_fp8_scales_size(N, K, 128), -1.0f);
   ASSERT_EQ(bs.size(), size_t(4 * 24));  // round4(2 row blocks) x round4(23)
   mxfp4_to_fp8(blocks.data(), scales.data(), N, K, 128, codes.data(), bs.data());
-  const auto smax = mxfp4_fp8_smax_table(scales.data(), N, K);
+  const auto smax = mxfp4_fp8_blocks(scales.data(), 1, N, K).smax;
   std::vector<float> ref(K);
   for (int n = 0; n < N; ++n) {
     mxfp4_decode_row(&blocks[size_t(n) * G * 16], &scales[size_t(n) * G], K, ref.data());
@@ -496,7 +496,7 @@ TEST(Mxfp4Fp8, BlocksOf128RowsShareTheirLargestScale) {
   EXPECT_EQ(bs[23], -1.0f) << "padding entries are left as they were";
   scales[5] = 99;  // one group 2^23 below its block's largest: the block no longer converts exactly
   EXPECT_EQ(mxfp4_fp8_inexact_blocks(scales.data(), N, K, 128), 1u);
-  EXPECT_EQ(mxfp4_fp8_block_rows(scales.data(), 1, N, K), 1);
+  EXPECT_EQ(mxfp4_fp8_blocks(scales.data(), 1, N, K).block_rows, 1);
 }
 
 // The FP8 weight bytes of the cost model are what the GPU path holds (measured on the H200: 21.52 GB

@@ -11,7 +11,7 @@ namespace osprey::cuda {
 
 // How the weights' fp32 scales cover them: one per 128x128 block (formats/fp8.h Matrix, the FP8
 // checkpoint's), or one per 128 columns of a row, [ceil(K/128)][N] (MXFP4 experts converted for a
-// prompt chunk: formats/mxfp4.h mxfp4_to_fp8_1x128).
+// prompt chunk: formats/mxfp4.h mxfp4_to_fp8).
 enum class WeightScales { Block128x128, Row1x128 };
 
 class BlockFp8Gemm {
