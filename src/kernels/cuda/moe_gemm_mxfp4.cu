@@ -203,18 +203,41 @@ __global__ void swiglu_bf16_kernel(const float* t, const int32_t* rows_end, int 
 // Thread i: group g of 128-column block kb of row n of expert e (i = ((e N + n) KB + kb) 4 + g):
 // its 16 code bytes and scale from the tile, 32 BF16 values written where the activation layout
 // puts their columns (four runs of 8 positions: 128 kb + 32 u + 8 g + 0..7).
+// Thread i of a pass over every 32-value group of the experts' tiles: group g of 128-column block
+// kb of row n of expert e (i = ((e N + n) KB + kb) 4 + g), with its tile.
+struct Mxfp4Group {
+  int g, kb, n, e;
+  const uint8_t* tile;
+  __device__ Mxfp4Group(const Mxfp4ExpertsView& W, size_t i, int KB)
+      : g(int(i % 4)), kb(int(i / 4 % KB)), n(int(i / 4 / KB % W.N)), e(int(i / 4 / KB / W.N)),
+        tile(W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes) {}
+  // The row's four E8M0 scales (one a group of the block).
+  __device__ const uint8_t* scales() const { return tile + 1024 + 4 * (n % kMxfp4TileRows); }
+  // The group's 16 code bytes as four words in the checkpoint's nibble order (nibble j of word w:
+  // column 8w + j).
+  __device__ uint4 words() const {
+    const uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
+    return make_uint4(mxfp4_unpack_word(raw.x), mxfp4_unpack_word(raw.y), mxfp4_unpack_word(raw.z),
+                      mxfp4_unpack_word(raw.w));
+  }
+};
+
+// E2M1 magnitude m (0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ inline float e2m1_magnitude(int m) {
+  return m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));
+}
+
 __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf16* out) {
   pdl_wait();
   pdl_launch_dependents();
   const int Kp = mxfp4_act_cols(W.K), KB = Kp / kBlk;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(W.experts) * W.N * KB * 4) return;
-  const int g = int(i % 4), kb = int(i / 4 % KB), n = int(i / 4 / KB % W.N), e = int(i / 4 / KB / W.N);
+  const Mxfp4Group grp(W, i, KB);
+  const int g = grp.g, kb = grp.kb, n = grp.n, e = grp.e;
   if (__ldcg(seg + e + 1) <= __ldcg(seg + e)) return;
-  const uint8_t* tile = W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes;
-  uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
-  raw = make_uint4(mxfp4_unpack_word(raw.x), mxfp4_unpack_word(raw.y), mxfp4_unpack_word(raw.z), mxfp4_unpack_word(raw.w));
-  const int exp2 = int(tile[1024 + 4 * (n % kMxfp4TileRows) + g]) - 127;  // E8M0: 2^(S - 127)
+  const uint4 raw = grp.words();
+  const int exp2 = int(grp.scales()[g]) - 127;  // E8M0: 2^(S - 127)
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&raw);
   bf16* row = out + (size_t(e) * W.N + n) * Kp + size_t(kb) * kBlk;
 #pragma unroll
@@ -225,8 +248,7 @@ __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf1
     for (int t = 0; t < 8; ++t) {
       const int r = mxfp4_act_column(32 * u + 8 * g + t) - 32 * g;  // the value's index in the group
       const int code = (bytes[r / 2] >> (4 * (r % 2))) & 0xF;
-      const int m = code & 7;  // E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6
-      const float v = m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));
+      const float v = e2m1_magnitude(code & 7);
       c[t] = __float2bfloat16(ldexpf(code & 8 ? -v : v, exp2));  // exact: a BF16 value
     }
     *reinterpret_cast<uint4*>(row + 32 * u + 8 * g) = chunk;
@@ -243,11 +265,11 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
   const int KB = mxfp4_act_cols(W.K) / kBlk, G = W.K / kMxfp4Group;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(W.experts) * W.N * KB * 4) return;
-  const int g = int(i % 4), kb = int(i / 4 % KB), n = int(i / 4 / KB % W.N), e = int(i / 4 / KB / W.N);
+  const Mxfp4Group grp(W, i, KB);
+  const int g = grp.g, kb = grp.kb, n = grp.n, e = grp.e;
   const int groups = min(4, G - 4 * kb);  // the block's groups K has
   if (g >= groups || (seg && __ldcg(seg + e + 1) <= __ldcg(seg + e))) return;
-  const uint8_t* tile = W.tiles + ((size_t(e) * (W.N / kMxfp4TileRows) + n / kMxfp4TileRows) * KB + kb) * kMxfp4TileBytes;
-  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(tile + 1024 + 4 * (n % kMxfp4TileRows));
+  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(grp.scales());
   int smax = 0;
   if (out.block_rows == 1) {
     for (int c = 0; c < groups; ++c) smax = max(smax, int((s4 >> (8 * c)) & 0xFF));
@@ -265,13 +287,11 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
   uint32_t mag[2] = {0u, 0u};
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
-    const float v = m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));  // E2M1
-    const uint32_t code = d > kMxfp4Fp8ZeroSpan ? 0u : e4m3_code(ldexpf(v, kMxfp4Fp8Shift - d));
+    const uint32_t code = d > kMxfp4Fp8ZeroSpan ? 0u : e4m3_code(ldexpf(e2m1_magnitude(m), kMxfp4Fp8Shift - d));
     mag[m / 4] |= code << (8 * (m % 4));
   }
-  uint4 raw = *reinterpret_cast<const uint4*>(tile + (n % kMxfp4TileRows) * 64 + g * 16);
-  const uint32_t words[4] = {mxfp4_unpack_word(raw.x), mxfp4_unpack_word(raw.y), mxfp4_unpack_word(raw.z),
-                             mxfp4_unpack_word(raw.w)};
+  const uint4 raw = grp.words();
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t codes[8];  // column 8w + j: nibble j of word w (the checkpoint's order)
 #pragma unroll
   for (int w = 0; w < 4; ++w)
