@@ -27,6 +27,33 @@ sanitize_tests() {
   TEST_FILTER=$1 timeout ${SANITIZE_S:-240} bash "$(dirname "${BASH_SOURCE[0]}")/device_sanitize.sh"
 }
 
+# preamble: the GPU's name and clocks, the CUDA tests (cuda_tests, at most TESTS_S seconds) and,
+# with SANITIZE set, compute-sanitizer on those tests (sanitize_tests).
+preamble() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  [ -z "${SKIP_TESTS:-}" ] && timeout ${TESTS_S:-300} bash -c "source ${BASH_SOURCE[0]}; cuda_tests"
+  [ -n "${SANITIZE:-}" ] && sanitize_tests "$SANITIZE"
+  true
+}
+
+# mini_fidelity LOG N PATHS: the trained osprey-mini (unpacked from data/ if needed) on FID_PATHS
+# (default PATHS) against the CPU fp32 engine (bench/fidelity_paths.py), over the first FID_N
+# (default N) dialogues of FID_IDS (default build/fid/test.ids), at most FID_S seconds, into $OUT/LOG.
+mini_fidelity() {
+  mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
+  timeout ${FID_S:-200} python3 "$(dirname "${BASH_SOURCE[0]}")/../../bench/fidelity_paths.py" $B models/osprey-mini \
+    ${FID_IDS:-build/fid/test.ids} ${FID_N:-$2} ${FID_PATHS:-$3} 2>&1 | tee $OUT/$1
+}
+
+# synth_dir MODEL: the synthetic checkpoint's directory ($M/MODEL; the 120b in /dev/shm), written
+# first (seed 1) if missing.
+synth_dir() {
+  local dir=$M/$1
+  [ "$1" = 120b ] && dir=/dev/shm/120b
+  [ -d $dir ] || ( time $B synth --preset $1 --seed 1 --out $dir --quiet ) 2>&1 | grep -E "real|rror" >&2
+  echo $dir
+}
+
 # agreement LABEL A B: prints how many leading tokens the comma-separated streams A and B share.
 agreement() {
   python3 -c "import sys; a=sys.argv[2].split(','); b=sys.argv[3].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'{sys.argv[1]}: cuda and cpu agree on the first {n} of {len(a)} tokens')" "$@"

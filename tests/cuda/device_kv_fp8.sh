@@ -7,15 +7,11 @@
 # over FID_IDS, `train/data.py --train 10 --test-per-family 4 --seed 1` rendered by `osprey render
 # --reply`, carried in build/fid). Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-[ -z "${SKIP_TESTS:-}" ] && timeout ${TESTS_S:-300} bash -c "source $(dirname "$0")/device_env.sh; cuda_tests"
-[ -n "${SANITIZE:-}" ] && sanitize_tests "$SANITIZE"
+preamble
 if [ -n "${FIDELITY:-}" ]; then
-  mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
   echo "== osprey-mini: KV paths against the CPU fp32 engine"
-  timeout ${FID_S:-200} python3 bench/fidelity_paths.py $B models/osprey-mini ${FID_IDS:-build/fid/test.ids} ${FID_N:-16} \
-    ${FID_PATHS:-cpu:mxfp4,cpu:mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4:dense=bf16,cuda:fp8:weights=mxfp4:dense=bf16:kv-cache-dtype=fp8} \
-    2>&1 | tee $OUT/fidelity_kv.md
+  mini_fidelity fidelity_kv.md 16 \
+    cpu:mxfp4,cpu:mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:kv-cache-dtype=fp8,cuda:fp8:weights=mxfp4:dense=bf16,cuda:fp8:weights=mxfp4:dense=bf16:kv-cache-dtype=fp8
 fi
 if [ -n "${COMPARE:-}" ]; then
   # One dialogue's logits, the GPU's FP8-expert path with the skinny kernel (the emulation's sums up
@@ -35,8 +31,7 @@ print(f'argmax: gpu fp8 vs cpu fp8 {(g8.argmax(1) == c8.argmax(1)).mean():.4f}, 
 fi
 MODEL=${MODEL:-20b}
 [ "$MODEL" = "" ] && exit 0
-DIR=$M/$MODEL; [ "$MODEL" = 120b ] && DIR=/dev/shm/120b
-[ -d $DIR ] || ( time $B synth --preset $MODEL --seed 1 --out $DIR --quiet ) 2>&1 | grep -E "real|rror"
+DIR=$(synth_dir $MODEL)
 for kv in ${KVS:-bf16 fp8}; do
   echo "== $MODEL --kv-cache-dtype $kv"
   timeout ${BENCH_S:-200} $B bench --backend cuda --model $DIR --weights ${WEIGHTS:-mxfp4} --kv-cache-dtype $kv \

@@ -8,20 +8,15 @@
 # --test-per-family 4 --seed 1` rendered by `osprey render --reply`, carried in build/fid: 6 of its
 # 32 dialogues are long enough, 256 tokens, for the W4A8 prefill). Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-[ -z "${SKIP_TESTS:-}" ] && timeout ${TESTS_S:-300} bash -c "source $(dirname "$0")/device_env.sh; cuda_tests"
-[ -n "${SANITIZE:-}" ] && sanitize_tests "$SANITIZE"
+preamble
 if [ -n "${FIDELITY:-}" ]; then
-  mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
   echo "== osprey-mini: expert paths against the CPU fp32 engine"
-  timeout ${FID_S:-200} python3 bench/fidelity_paths.py $B models/osprey-mini ${FID_IDS:-build/fid/test.ids} ${FID_N:-32} \
-    ${FID_PATHS:-cpu:mxfp4,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:no-cublaslt,cuda:fp8:weights=fp8,cuda:fp8:weights=mxfp4:dense=bf16} \
-    2>&1 | tee $OUT/fidelity_w4a8.md
+  mini_fidelity fidelity_w4a8.md 32 \
+    cpu:mxfp4,cuda:fp8:weights=mxfp4,cuda:fp8:weights=mxfp4:no-cublaslt,cuda:fp8:weights=fp8,cuda:fp8:weights=mxfp4:dense=bf16
 fi
 MODEL=${MODEL:-20b}
 [ "$MODEL" = none ] && exit 0
-DIR=$M/$MODEL; [ "$MODEL" = 120b ] && DIR=/dev/shm/120b
-[ -d $DIR ] || ( time $B synth --preset $MODEL --seed 1 --out $DIR --quiet ) 2>&1 | grep -E "real|rror"
+DIR=$(synth_dir $MODEL)
 run() {  # label binary weights (BENCH_ARGS_FP8: the fp8 runs' own arguments, e.g. the 120b's prefill only)
   local args=${BENCH_ARGS:---prefill-lens 8192 --batches 1,64 --contexts 8192 --steps 16}
   [ "$3" = fp8 ] && [ -n "${BENCH_ARGS_FP8:-}" ] && args=$BENCH_ARGS_FP8
