@@ -593,6 +593,7 @@ struct GptOssCudaFp8::Impl {
   }
   static cuda::ExpertRows second_rows(cuda::ExpertRows rows) {
     rows.x_rows = nullptr;
+    rows.routed_early = true;  // the route kernel is two kernels back (the first GEMM, the SwiGLU)
     return rows;
   }
 

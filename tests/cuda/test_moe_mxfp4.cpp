@@ -110,13 +110,15 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   EXPECT_EQ((hseg[1] - hseg[0]) / 4, (T + 3) / 4) << "expert 0 gets every token";
   EXPECT_LT(worst_against_cpu_twin(W, idx, x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
   // The other paths sum in the same order (the same K splits, the same MMA slots): the same bits,
-  // so a row's result does not depend on how many rows its step has.
-  for (int hint : {16, 32, 64}) {
+  // so a row's result does not depend on how many rows its step has. Hints 1 and 2 stage 2 and 4
+  // rows a pass (an expert with more takes more passes) and read the routing before the PDL wait.
+  for (int hint : {1, 2, 16, 32, 64}) {
     if (hint == rows.rows_per_expert) continue;
     SCOPED_TRACE("against rows_per_expert " + std::to_string(hint));
     Dev<float> y2(size_t(P) * N);
     cuda::ExpertRows other = rows;
     other.rows_per_expert = hint;
+    other.routed_early = hint <= 2;
     cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), other, y2.p, nullptr);
     const auto got2 = y2.get();
     for (int r = 0; r < hseg[E]; ++r) {

@@ -18,13 +18,15 @@ namespace osprey::cuda {
 
 namespace {
 
-// The row path, 8 rows a pass: activations staged in two chunks of K at three blocks an SM, or
-// whole at two where the grid is one wave of two (a batch-1 step: the chunk barrier only costs).
+// The row path, up to 8 rows a pass, two blocks an SM: the pass's activations staged whole, or in
+// two chunks of K where a whole stage would leave room for one block an SM only.
 template <int kChunks>
-__global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
-    mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, int pass_rows) {
+  mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{},
+                                                           pass_rows);
 }
+constexpr size_t kTwoBlocksSmem = 112 * 1024;  // the dynamic shared memory of each of two blocks an SM
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
 __global__ void __launch_bounds__(kWarps * 32, 2)
@@ -356,16 +358,21 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int segments = rows.active ? rows.active_max : W.experts;
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
-  const int chunks = size_t(grid.x) * grid.y > size_t(2 * sms) ? 2 : 1;
-  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K, ks, chunks);
+  const int pass_rows = mxfp4_decode_pass_rows(rows.rows_per_expert);
+  const int chunks = mxfp4_decode_smem(1, W.K, ks, 1, decode_stages(1), pass_rows) <= kTwoBlocksSmem ? 1 : 2;
+  const size_t smem =
+      wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K, ks, chunks, decode_stages(1), pass_rows);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>, mxfp4_wide_kernel})
+    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
-  auto kernel = wide ? mxfp4_wide_kernel : chunks == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>;
-  launch_pdl("gemm", kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
+  if (wide) launch_pdl("gemm", mxfp4_wide_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
+  else
+    launch_pdl("gemm", chunks == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>, grid, kWarps * 32, smem, st, W, x,
+               rows, y, ks, pass_rows);
 }
 
 void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st, const int32_t* in_rows) {

@@ -36,6 +36,10 @@ struct ExpertRows {
   const int32_t* x_rows = nullptr;    // optional: row r reads activation row x_rows[r] (< 0: zeros)
   int rows = 0;                       // a bound on seg[experts]
   int rows_per_expert = 0;            // what an expert typically gets (picks decode or tiled)
+  // seg, active and row_live were written two or more kernels back (the experts' second GEMM,
+  // after the SwiGLU): the decode path reads them, and starts its weight loads, before its PDL
+  // wait (kernels/cuda/launch.cuh).
+  bool routed_early = false;
 };
 
 // y[r][n] = sum_k W_e[n][k] * x[src(r)][k] + bias_e[n] for the rows r of every expert e; x BF16

@@ -156,13 +156,20 @@ __device__ inline bool mxfp4_warp_work(const Mxfp4ExpertsView& W, const ExpertRo
   return true;
 }
 
-// The row path, 8 NT rows a pass: each warp streams its rows' codes and scales through a ring of
-// its own (kStages, a power of two: the slot is a mask), so no warp waits for another's loads. The
-// pass's activation rows (only the rows it has) are staged by the block in kChunks chunks of each
-// split's K blocks (a block barrier between chunks): with two chunks the stage takes half the
-// shared memory, and three blocks an SM fit at 8 rows. Experts with more rows take more passes,
-// the later ones mostly from L2.
-__host__ __device__ constexpr int decode_stages(int) { return 4; }
+// The row path, up to 8 NT rows a pass (pass_rows: the rows the stage holds): each warp streams
+// its rows' codes and scales through a ring of its own (kStages, a power of two: the slot is a
+// mask), so no warp waits for another's loads. The pass's activation rows (only the rows it has)
+// are staged by the block in kChunks chunks of each split's K blocks (a block barrier between
+// chunks): with two chunks the stage takes half the shared memory, and three blocks an SM fit at
+// 8 rows. Experts with more rows take more passes, the later ones mostly from L2. An MMA column
+// past the pass's rows reads the stage's last row (its result is never stored), so a stage of
+// fewer rows than 8 NT leaves room for a deeper ring.
+__host__ __device__ constexpr int decode_stages(int) { return 8; }
+// The rows a pass stages: twice what an expert typically gets (the hint is itself twice the
+// mean), at most 8. A small stage leaves the shared memory to the rings (bench/probes/mxfp4_decode_ring.cu).
+__host__ __device__ constexpr int mxfp4_decode_pass_rows(int rows_per_expert) {
+  return rows_per_expert < 1 ? 8 : rows_per_expert > 4 ? 8 : 2 * rows_per_expert;
+}
 // K blocks of a chunk, and the byte stride of a staged chunk row (64 past a multiple of 128: a
 // warp's 16-byte loads are free of bank conflicts).
 __host__ __device__ inline int decode_chunk_blocks(int K, int ks, int chunks) {
@@ -172,24 +179,32 @@ __host__ __device__ inline int decode_chunk_blocks(int K, int ks, int chunks) {
 __host__ __device__ inline int decode_chunk_stride(int K, int ks, int chunks) {
   return decode_chunk_blocks(K, ks, chunks) * kBlk * 2 + 64;
 }
-__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int ks, int chunks, int stages = decode_stages(1)) {
-  return size_t(ks) * 8 * NT * decode_chunk_stride(K, ks, chunks) + size_t(kWarps) * stages * kMxfp4TileBytes;
+__host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int ks, int chunks, int stages = decode_stages(1),
+                                                    int pass_rows = 0) {
+  const int rows = pass_rows > 0 ? pass_rows : 8 * NT;
+  return size_t(ks) * rows * decode_chunk_stride(K, ks, chunks) + size_t(kWarps) * stages * kMxfp4TileBytes;
 }
 
 template <int NT, class Sync, int kStages = decode_stages(NT), int kChunks = 1>
 __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
-                                         int ks, VBlock blk, const Sync& sync) {
+                                         int ks, VBlock blk, const Sync& sync, int pass_rows = 8 * NT) {
   static_assert((kStages & (kStages - 1)) == 0, "the ring's slot is a mask");
-  constexpr int R = 8 * NT;
+  const int R = min(pass_rows, 8 * NT);
   __shared__ float red[kWarps * NT * 4 * 32];
   extern __shared__ __align__(16) uint8_t smem[];
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int split = warp % ks;
-  sync.wait();  // the expert list, the offsets and the activations come from the kernels before
-  sync.release();
+  // The expert list and the offsets come from the route kernel: before the wait where it is two
+  // kernels back (rows.routed_early), so the first weight stages stream while the kernel before
+  // ends. The activations come from the kernel before: after the wait.
+  const bool early = rows.routed_early;
+  if (!early) sync.wait(), sync.release();
   Mxfp4WarpWork w;
-  if (!mxfp4_warp_work(W, rows, ks, blk, w)) return;
+  if (!mxfp4_warp_work(W, rows, ks, blk, w)) {
+    if (early) sync.wait(), sync.release();
+    return;
+  }
   const int s0 = w.s0, s1 = w.s1, n0 = w.n0, per_split = w.per_split, kb0 = w.kb0, kb1 = w.kb1;
   const bool live = w.live;
   const uint8_t* wl = w.wl;
@@ -209,9 +224,15 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   };
   const float b_lo = w.b_lo, b_hi = w.b_hi;
   const int pieces = L * 16;  // 16-byte pieces of a staged chunk row
+  size_t xoff[NT];             // this lane's staged row of each row group (the last row past R)
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xoff[t] = (size_t(split) * R + min(t * 8 + g, R - 1)) * xs;
+  for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);  // the first pass's first stages
+  if (early) sync.wait(), sync.release();
   for (int base = s0; base < s1; base += R) {
     const int nrows = min(R, s1 - base);
-    for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);
+    if (base != s0)
+      for (int i = 0; i < kStages - 1; ++i) issue(kb0 + i);
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = b_lo, acc[t][2] = acc[t][3] = b_hi;
@@ -241,13 +262,13 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
           const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
           const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
           const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
-          const uint8_t* xr = stage + (size_t(split) * R + g) * xs + size_t(kb - c0) * 256 + c * 16;
+          const uint8_t* xr = stage + size_t(kb - c0) * 256 + c * 16;
           mxfp4_kb_mma<NT>(lo, hi, flo, fhi, any_big, R, acc, [&](int t, int u) {
-            return *reinterpret_cast<const uint4*>(xr + size_t(t * 8) * xs + u * 64);
+            return *reinterpret_cast<const uint4*>(xr + xoff[t] + u * 64);
           });
         }
     }
-    mxfp4_store_pass<NT>(acc, ks, base, s1, n0, N, y, red);
+    mxfp4_store_pass<NT>(acc, ks, base, min(s1, base + R), n0, N, y, red);  // the columns past R: not this pass's
     cp_async_wait<0>();
     __syncthreads();  // the stage, red and the rings are reused by the next pass
   }

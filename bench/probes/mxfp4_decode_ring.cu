@@ -1,0 +1,191 @@
+// Probe: the MXFP4 decode GEMM's row path (kernels/cuda/moe_gemm_mxfp4_decode.cuh) at gpt-oss's
+// decode shapes, across the knobs that set how many weight bytes a warp keeps in flight and how
+// the work is cut: ring stages (4, 8, 16), activation chunks (1, 2), the rows a pass stages
+// (pass_rows) and the K-splits. Each configuration runs the two expert GEMMs of one layer (up:
+// N = 2I, K = H; down: N = H, K = I) with random top-4 routing, through enough weight copies that
+// no launch finds its experts in L2, launched with PDL as the model launches them (up, the SwiGLU,
+// down).
+// Prints a row per configuration: microseconds for the layer, TB/s of the weight bytes, and the
+// production configuration's time over this one's (the first row of each shape; above 1: faster).
+// With an argument (a shape's name, e.g. "20b b1"), that shape alone.
+//
+// nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
+//   bench/probes/mxfp4_decode_ring.cu src/kernels/cuda/moe_gemm_mxfp4.cu src/core/error_plain.cpp \
+//   -o build/probe_mxfp4_decode_ring
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_array.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4_decode.cuh"
+
+using osprey::fail_plain;
+using namespace osprey::cuda;
+using osprey::mxfp4_act_cols;
+using osprey::mxfp4_tiles_bytes;
+using osprey::kMxfp4TileBytes;
+
+namespace {
+
+__device__ inline uint32_t mix(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return uint32_t(z ^ (z >> 31));
+}
+__global__ void fill_tiles(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = mix(i, seed);
+    p[i] = i % kMxfp4TileBytes >= 1024 ? uint8_t(118 + (h & 7)) : uint8_t(h);
+  }
+}
+__global__ void fill_bf16(bf16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(float(mix(i, seed) & 0xFFFF) / 65536.0f - 0.5f);
+}
+
+template <int S, int C, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB)
+    row_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, int pass_rows) {
+  mxfp4_decode_body<1, PdlSync, S, C>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, pass_rows);
+}
+
+struct Config {
+  const char* name;
+  void (*kernel)(Mxfp4ExpertsView, const bf16*, ExpertRows, float*, int, int);
+  int stages, chunks;
+  int pass_rows;       // 0: 8
+  int ks_mul;          // K-splits: production's times this
+  bool early = false;  // the second GEMM starts its weight loads before its PDL wait
+  bool swiglu = true;  // the SwiGLU kernel between the GEMMs (false: what it costs the layer)
+};
+
+struct Shape {
+  const char* name;
+  int experts, batch;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";  // a shape's name: that shape alone (for ncu)
+  constexpr int H = 2880, I = 2880, kTopK = 4;
+  const int sms = sm_count();
+  // chunks 0: the previous production rule (1 where the grid is one wave of two blocks an SM,
+  // else 2 at three blocks an SM); pass_rows 0: 8, -1: mxfp4_decode_pass_rows of the hint.
+  const Config configs[] = {
+      {"production (8 stages, pass rows by hint, down early)", nullptr, 8, 0, -1, 1, true},
+      {"previous production (4 stages, 8 rows)", nullptr, 4, 0, 0, 1},
+      {"production, down not early", nullptr, 8, 0, -1, 1, false},
+      {"production, no SwiGLU kernel", nullptr, 8, 0, -1, 1, true, false},
+      {"4 stages, pass rows by hint", row_kernel<4, 1, 2>, 4, 1, -1, 1},
+      {"8 stages, 8 rows, 2 chunks", row_kernel<8, 2, 2>, 8, 2, 0, 1},
+      {"8 stages, 8 rows, 1 chunk (1/SM)", row_kernel<8, 1, 1>, 8, 1, 0, 1},
+      {"8 stages, 1 row a pass", row_kernel<8, 1, 2>, 8, 1, 1, 1},
+      {"16 stages, pass rows by hint (1/SM)", row_kernel<16, 1, 1>, 16, 1, -1, 1},
+      {"8 stages, pass rows by hint, 2x splits", row_kernel<8, 1, 2>, 8, 1, -1, 2},
+      {"8 stages, pass rows by hint, 4x splits", row_kernel<8, 1, 2>, 8, 1, -1, 4},
+      {"4 stages, pass rows by hint, 2x splits", row_kernel<4, 1, 2>, 4, 1, -1, 2},
+  };
+
+  const Shape shapes[] = {{"20b b1", 32, 1},  {"20b b4", 32, 4},   {"20b b8", 32, 8},     {"20b b32", 32, 32},
+                          {"20b b64", 32, 64}, {"120b b1", 128, 1}, {"120b b64", 128, 64}, {"120b b128", 128, 128}};
+  for (auto k : {row_kernel<4, 1, 2>, row_kernel<4, 2, 3>, row_kernel<8, 2, 2>, row_kernel<8, 1, 1>, row_kernel<8, 1, 2>,
+                 row_kernel<16, 1, 1>})
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+  std::printf("| shape | configuration | up ks | down ks | pass rows | smem KB | layer us | TB/s | production / this |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Shape& sh : shapes) {
+    if (!only.empty() && only != sh.name) continue;
+    const int E = sh.experts, B = sh.batch, P = B * kTopK;
+    // Routing: each token's top-4 distinct experts at random, rows sorted by expert.
+    std::mt19937 rng(11);
+    std::vector<std::vector<int32_t>> by(E);
+    std::vector<int> ids(E);
+    for (int t = 0; t < B; ++t) {
+      std::iota(ids.begin(), ids.end(), 0);
+      for (int j = 0; j < kTopK; ++j) {
+        std::uniform_int_distribution<int> d(j, E - 1);
+        std::swap(ids[j], ids[d(rng)]);
+        by[ids[j]].push_back(t);
+      }
+    }
+    std::vector<int32_t> seg{0}, active, row_token;
+    int touched = 0;
+    for (int e = 0; e < E; ++e) {
+      for (int t : by[e]) row_token.push_back(t);
+      seg.push_back(int32_t(row_token.size()));
+      if (!by[e].empty()) active.push_back(e), ++touched;
+    }
+    active.resize(std::min(E, P), -1);
+    const int hint = std::min((B + 3) / 4 * 4, 2 * ((P + E - 1) / E));
+    const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
+    const double pair_bytes = double(touched) * double(up_bytes + down_bytes);
+    const int copies = std::clamp(int(256e6 / pair_bytes) + 1, 2, 8);
+    DeviceArray<uint8_t> up(up_bytes * E * copies), down(down_bytes * E * copies);
+    fill_tiles<<<1024, 256>>>(up.ptr, up.n, 1);
+    fill_tiles<<<1024, 256>>>(down.ptr, down.n, 2);
+    DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H), x(size_t(B) * mxfp4_act_cols(H)), a(size_t(P) * mxfp4_act_cols(I));
+    fill_bf16<<<1024, 256>>>(b1.ptr, b1.n, 3);
+    fill_bf16<<<1024, 256>>>(b2.ptr, b2.n, 4);
+    fill_bf16<<<1024, 256>>>(x.ptr, x.n, 5);
+    fill_bf16<<<1024, 256>>>(a.ptr, a.n, 6);
+    DeviceArray<float> t1(size_t(P) * 2 * I), y(size_t(P) * H);
+    DeviceArray<int32_t> seg_d = upload(seg.data(), seg.size()), act_d = upload(active.data(), active.size()),
+                         tok_d = upload(row_token.data(), row_token.size());
+    ExpertRows r1{.seg = seg_d.ptr, .active = act_d.ptr, .active_max = int(active.size()), .row_live = tok_d.ptr,
+                  .x_rows = tok_d.ptr, .rows = P, .rows_per_expert = hint};
+    DeviceArray<int32_t> rows_end = upload(&seg[E], 1);
+    double base_us = 0;
+    for (const Config& cf : configs) {
+      ExpertRows r2 = r1;
+      r2.x_rows = nullptr;
+      r2.routed_early = cf.early;
+      const int ks_up = std::min(kWarps, mxfp4_k_splits(2 * I, H, sms) * cf.ks_mul);
+      const int ks_dn = std::min(kWarps, mxfp4_k_splits(H, I, sms) * cf.ks_mul);
+      const int pr = cf.pass_rows == 0 ? 8 : cf.pass_rows < 0 ? mxfp4_decode_pass_rows(hint) : cf.pass_rows;
+      size_t smem_max = 0;
+      auto gemm = [&](const Mxfp4ExpertsView& W, const bf16* xin, const ExpertRows& rows, float* out, int ks) {
+        if (!cf.kernel && cf.stages == 8) {
+          m_grouped_mxfp4_gemm_bf16_contiguous(W, xin, rows, out, nullptr);
+          return;
+        }
+        const int tiles_per_block = kWarps / ks;
+        const dim3 grid(unsigned((W.N / 16 + tiles_per_block - 1) / tiles_per_block), unsigned(rows.active_max));
+        const int chunks = cf.chunks ? cf.chunks : size_t(grid.x) * grid.y > size_t(2 * sms) ? 2 : 1;
+        auto kernel = cf.kernel ? cf.kernel : chunks == 1 ? row_kernel<4, 1, 2> : row_kernel<4, 2, 3>;
+        const size_t smem = mxfp4_decode_smem(1, W.K, ks, chunks, cf.stages, pr);
+        smem_max = std::max(smem_max, smem);
+        launch_pdl("gemm", kernel, grid, kWarps * 32, smem, nullptr, W, xin, rows, out, ks, pr);
+      };
+      auto layer = [&](int c) {
+        gemm({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H}, x.ptr, r1, t1.ptr, ks_up);
+        if (cf.swiglu) moe_swiglu_bf16(t1.ptr, rows_end.ptr, P, I, 1.702f, 7.0f, a.ptr, nullptr);
+        gemm({down.ptr + down_bytes * E * c, b2.ptr, E, H, I}, a.ptr, r2, y.ptr, ks_dn);
+      };
+      for (int c = 0; c < copies; ++c) layer(c);
+      OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0), cudaEventCreate(&e1);
+      const int reps = 40;
+      cudaEventRecord(e0);
+      for (int rep = 0; rep < reps; ++rep)
+        for (int c = 0; c < copies; ++c) layer(c);
+      cudaEventRecord(e1);
+      OSPREY_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      const double us = ms * 1e3 / (reps * copies);
+      if (&cf == &configs[0]) base_us = us;
+      std::printf("| %s | %s | %d | %d | %d | %.1f | %.1f | %.2f | %.2f |\n", sh.name, cf.name,
+                  ks_up, ks_dn, pr,
+                  smem_max / 1024.0, us, pair_bytes / (us * 1e-6) / 1e12, base_us / us);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
