@@ -62,6 +62,7 @@ struct Config {
   int ks_mul;          // K-splits: production's times this
   bool early = false;  // the second GEMM starts its weight loads before its PDL wait
   bool swiglu = true;  // the SwiGLU kernel between the GEMMs (false: what it costs the layer)
+  bool epilogue = false;  // production only: the SwiGLU as the first GEMM's epilogue (SwigluOut)
 };
 
 struct Shape {
@@ -78,11 +79,15 @@ int main(int argc, char** argv) {
   // chunks 0: the previous production rule (1 where the grid is one wave of two blocks an SM,
   // else 2 at three blocks an SM); pass_rows 0: 8, -1: mxfp4_decode_pass_rows of the hint.
   const Config configs[] = {
-      {"production (8 stages, pass rows by hint, down early)", nullptr, 8, 0, -1, 1, true},
+      {"production (8 stages, pass rows by hint, down early, SwiGLU epilogue)", nullptr, 8, 0, -1, 1, true, false, true},
+      {"production, SwiGLU kernel", nullptr, 8, 0, -1, 1, true},
       {"previous production (4 stages, 8 rows)", nullptr, 4, 0, 0, 1},
       {"production, down not early", nullptr, 8, 0, -1, 1, false},
       {"production, no SwiGLU kernel", nullptr, 8, 0, -1, 1, true, false},
       {"4 stages, pass rows by hint", row_kernel<4, 1, 2>, 4, 1, -1, 1},
+      {"4 stages, pass rows by hint, 3/SM", row_kernel<4, 1, 3>, 4, 1, -1, 1},
+      {"4 stages, pass rows by hint, 2 chunks, 3/SM", row_kernel<4, 2, 3>, 4, 2, -1, 1},
+      {"4 stages, pass rows by hint, 3/SM, down early", row_kernel<4, 1, 3>, 4, 1, -1, 1, true},
       {"8 stages, 8 rows, 2 chunks", row_kernel<8, 2, 2>, 8, 2, 0, 1},
       {"8 stages, 8 rows, 1 chunk (1/SM)", row_kernel<8, 1, 1>, 8, 1, 0, 1},
       {"8 stages, 1 row a pass", row_kernel<8, 1, 2>, 8, 1, 1, 1},
@@ -94,9 +99,9 @@ int main(int argc, char** argv) {
 
   const Shape shapes[] = {{"20b b1", 32, 1},  {"20b b4", 32, 4},   {"20b b8", 32, 8},     {"20b b32", 32, 32},
                           {"20b b64", 32, 64}, {"120b b1", 128, 1}, {"120b b64", 128, 64}, {"120b b128", 128, 128}};
-  for (auto k : {row_kernel<4, 1, 2>, row_kernel<4, 2, 3>, row_kernel<8, 2, 2>, row_kernel<8, 1, 1>, row_kernel<8, 1, 2>,
+  for (auto k : {row_kernel<4, 1, 2>, row_kernel<4, 2, 3>, row_kernel<4, 1, 3>, row_kernel<8, 2, 2>, row_kernel<8, 1, 1>, row_kernel<8, 1, 2>,
                  row_kernel<16, 1, 1>})
-    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   std::printf("| shape | configuration | up ks | down ks | pass rows | smem KB | layer us | TB/s | production / this |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Shape& sh : shapes) {
@@ -149,9 +154,11 @@ int main(int argc, char** argv) {
       const int ks_dn = std::min(kWarps, mxfp4_k_splits(H, I, sms) * cf.ks_mul);
       const int pr = cf.pass_rows == 0 ? 8 : cf.pass_rows < 0 ? mxfp4_decode_pass_rows(hint) : cf.pass_rows;
       size_t smem_max = 0;
-      auto gemm = [&](const Mxfp4ExpertsView& W, const bf16* xin, const ExpertRows& rows, float* out, int ks) {
+      const SwigluOut sw{a.ptr, 1.702f, 7.0f};
+      auto gemm = [&](const Mxfp4ExpertsView& W, const bf16* xin, const ExpertRows& rows, float* out, int ks,
+                      const SwigluOut* epi = nullptr) {
         if (!cf.kernel && cf.stages == 8) {
-          m_grouped_mxfp4_gemm_bf16_contiguous(W, xin, rows, out, nullptr);
+          m_grouped_mxfp4_gemm_bf16_contiguous(W, xin, rows, out, nullptr, epi);
           return;
         }
         const int tiles_per_block = kWarps / ks;
@@ -163,8 +170,8 @@ int main(int argc, char** argv) {
         launch_pdl("gemm", kernel, grid, kWarps * 32, smem, nullptr, W, xin, rows, out, ks, pr);
       };
       auto layer = [&](int c) {
-        gemm({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H}, x.ptr, r1, t1.ptr, ks_up);
-        if (cf.swiglu) moe_swiglu_bf16(t1.ptr, rows_end.ptr, P, I, 1.702f, 7.0f, a.ptr, nullptr);
+        gemm({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H}, x.ptr, r1, t1.ptr, ks_up, cf.epilogue ? &sw : nullptr);
+        if (cf.swiglu && !cf.epilogue) moe_swiglu_bf16(t1.ptr, rows_end.ptr, P, I, 1.702f, 7.0f, a.ptr, nullptr);
         gemm({down.ptr + down_bytes * E * c, b2.ptr, E, H, I}, a.ptr, r2, y.ptr, ks_dn);
       };
       for (int c = 0; c < copies; ++c) layer(c);

@@ -593,7 +593,7 @@ struct GptOssCudaFp8::Impl {
   }
   static cuda::ExpertRows second_rows(cuda::ExpertRows rows) {
     rows.x_rows = nullptr;
-    rows.routed_early = true;  // the route kernel is two kernels back (the first GEMM, the SwiGLU)
+    rows.routed_early = true;  // the route kernel has finished: the first GEMM (and the SwiGLU) came between
     return rows;
   }
 
@@ -729,8 +729,8 @@ struct GptOssCudaFp8::Impl {
         });
       } else if (mxfp4 && !pass.lt_moe) {
         const cuda::ExpertRows rows = expert_rows(T);
-        cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream);
-        cuda::moe_swiglu_bf16(t1.ptr, d_seg.ptr + E, P, I, alpha, limit, ab.ptr, stream);
+        const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};  // the first GEMM's epilogue on the decode path
+        cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream, &swiglu);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {
         // The route kernel's quantized rows, gathered by expert, through cuBLASLt per expert: FP8

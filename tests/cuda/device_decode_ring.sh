@@ -10,15 +10,18 @@ P=$PWD/build/probe_mxfp4_decode_ring
 echo "== probe"
 timeout ${PROBE_S:-150} $P 2>&1 | tee $OUT/probe.md
 [ -z "${SKIP_TESTS:-}" ] && timeout ${TESTS_S:-200} bash -c "source $(dirname "$0")/device_env.sh; cuda_tests"
-if [ -n "${NCU:-}" ]; then
+if [ -n "${NCU:-}" ]; then  # the production kernels, then the previous production's (the probe's row_kernel<4, ..>)
   for shape in "20b b1" "20b b64"; do
-    timeout 90 ncu --set full -k regex:mxfp4_decode_kernel --launch-count 2 $P "$shape" > "$OUT/ncu_${shape/ /_}.txt" 2>&1
-    grep -E "mxfp4_decode_kernel|Duration|DRAM Throughput|Issued Ipc|Eligible Warps|No Eligible|Registers Per|Achieved Occ|Stall|L2 Hit" \
-      "$OUT/ncu_${shape/ /_}.txt" | head -40
+    for k in mxfp4_decode_kernel row_kernel; do
+      f="$OUT/ncu_${shape/ /_}_$k.txt"
+      timeout 90 ncu --set full -k regex:$k --launch-count 2 $P "$shape" > "$f" 2>&1
+      echo "-- ncu $shape $k"
+      grep -iE "^  [a-z_:<>, 0-9()]*kernel|Duration|DRAM Throughput|Issued Ipc|Eligible Warps|Registers Per|Achieved Occ|L2 Hit|stall" "$f" | head -30
+    done
   done
 fi
 bench() {  # model label binary args
-  timeout ${BENCH_S:-150} $3 bench --backend cuda --model $(synth_dir $1) $4 --json $OUT/bench_$1_$2.json > $OUT/bench_$1_$2.log 2>&1
+  timeout ${BENCH_S:-150} $3 bench --backend cuda --model $(synth_dir $1) --weights ${WEIGHTS:-mxfp4} $4 --json $OUT/bench_$1_$2.json > $OUT/bench_$1_$2.log 2>&1
   echo "-- $1 $2"; grep -E "^\| [0-9]|rror" $OUT/bench_$1_$2.log
 }
 ARGS20=${ARGS20:---prefill-lens 16 --batches 1,8,64 --contexts 8192 --steps 16}

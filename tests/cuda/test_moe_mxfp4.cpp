@@ -145,6 +145,44 @@ TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
   GroupedGemmCase(T, tiled, 8, 4, 2880, 2880);
 }
 
+// The first GEMM's SwiGLU epilogue (SwigluOut): on every path, what moe_swiglu_bf16 writes from
+// the fp32 product, bit for bit, over every position of the live rows (the zeros past N / 2
+// included: the buffers start poisoned). At 1, 3 and 129 tokens: the decode path's epilogue in
+// one pass and in many (expert 0 gets every token), and the wide and tiled paths' fallback.
+TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
+  const int E = 8, k = 4, N = 2 * 1440, K = 2880, I = N / 2, Ip = mxfp4_act_cols(I);
+  for (int T : {1, 3, 129})
+    for (int hint : {std::min(16, 2 * T), 32, 64}) {
+      SCOPED_TRACE("T " + std::to_string(T) + " rows_per_expert " + std::to_string(hint));
+      const HostExperts W(E, N, K, 170 + T);
+      const auto idx = skewed_choices(T, E, 171, k);
+      const auto x = randf(size_t(T) * K, 172, 2.0f);
+      const int P = cuda::moe_rows_max(T, k, E), Kp = mxfp4_act_cols(K);
+      Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
+      cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+      Dev<uint8_t> tiles(W.relaid);
+      Dev<bf16> bias(W.bias);
+      Dev<float> dx(x), y(size_t(P) * N), y2(size_t(P) * N);
+      Dev<bf16> xb(size_t(T) * Kp), want(size_t(P) * Ip), got(size_t(P) * Ip);
+      cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
+      const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K};
+      cuda::ExpertRows rows;
+      rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
+      rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P, rows.rows_per_expert = hint;
+      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y.p, nullptr);
+      cuda::moe_swiglu_bf16(y.p, seg.p + E, P, I, 1.702f, 7.0f, as_dev_bf16(want), nullptr);
+      const cuda::SwigluOut sw{as_dev_bf16(got), 1.702f, 7.0f};
+      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y2.p, nullptr, &sw);
+      const auto hw = want.get(), hg = got.get();
+      const auto hrow = row_token.get(), hseg = seg.get();
+      for (int r = 0; r < hseg[E]; ++r) {
+        if (hrow[r] < 0) continue;  // padding: the decode path leaves it
+        for (int p = 0; p < Ip; ++p)
+          ASSERT_EQ(hg[size_t(r) * Ip + p], hw[size_t(r) * Ip + p]) << "row " << r << " position " << p;
+      }
+    }
+}
+
 // The parity-b shapes (hidden 160, intermediate 64: K of 1.25 and 0.5 blocks), 6 experts, top-3.
 TEST(MoeMxfp4, SmallShapesEqualCpuTwin) {
   for (int T : {5, 48})

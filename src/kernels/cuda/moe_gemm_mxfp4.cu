@@ -22,9 +22,10 @@ namespace {
 // two chunks of K where a whole stage would leave room for one block an SM only.
 template <int kChunks>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, int pass_rows) {
+    mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, int pass_rows,
+                        SwigluOut sw) {
   mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{},
-                                                           pass_rows);
+                                                           pass_rows, sw);
 }
 constexpr size_t kTwoBlocksSmem = 112 * 1024;  // the dynamic shared memory of each of two blocks an SM
 
@@ -330,11 +331,19 @@ void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* 
 }
 
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
-                                          cudaStream_t st) {
+                                          cudaStream_t st, const SwigluOut* swiglu) {
   if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
     fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: N must be a multiple of 16, K of 32, experts in [1, 256] (got N " +
                std::to_string(W.N) + ", K " + std::to_string(W.K) + ", " + std::to_string(W.experts) + " experts)");
+  if (swiglu && (!swiglu->a || W.N % 2))
+    fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: the SwiGLU epilogue needs its output and an even N (got N " +
+               std::to_string(W.N) + ")");
   if (rows.rows == 0) return;
+  // The paths without the epilogue: the product into y, then the SwiGLU kernel.
+  auto swiglu_after = [&] {
+    if (swiglu)
+      moe_swiglu_bf16(y, rows.seg + W.experts, rows.rows, W.N / 2, swiglu->alpha, swiglu->limit, swiglu->a, st);
+  };
   const int row_tiles = W.N / 16, sms = sm_count();
   const int ks = mxfp4_k_splits(W.N, W.K, sms);
   constexpr size_t kMaxSmem = 200 * 1024;
@@ -347,6 +356,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     });
     const dim3 grid(unsigned((rows.rows + kTM - 1) / kTM + W.experts), unsigned((W.N + kTN - 1) / kTN));
     launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y, ks);
+    swiglu_after();
     return;
   }
   // More than 16 rows an expert typically (twice the mean): the wide path, one pass over the
@@ -369,10 +379,13 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
-  if (wide) launch_pdl("gemm", mxfp4_wide_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
-  else
+  if (wide) {
+    launch_pdl("gemm", mxfp4_wide_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
+    swiglu_after();
+  } else {
     launch_pdl("gemm", chunks == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>, grid, kWarps * 32, smem, st, W, x,
-               rows, y, ks, pass_rows);
+               rows, y, ks, pass_rows, swiglu ? *swiglu : SwigluOut{});
+  }
 }
 
 void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st, const int32_t* in_rows) {

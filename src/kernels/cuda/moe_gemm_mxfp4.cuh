@@ -36,16 +36,26 @@ struct ExpertRows {
   const int32_t* x_rows = nullptr;    // optional: row r reads activation row x_rows[r] (< 0: zeros)
   int rows = 0;                       // a bound on seg[experts]
   int rows_per_expert = 0;            // what an expert typically gets (picks decode or tiled)
-  // seg, active and row_live were written two or more kernels back (the experts' second GEMM,
-  // after the SwiGLU): the decode path reads them, and starts its weight loads, before its PDL
-  // wait (kernels/cuda/launch.cuh).
+  // seg, active and row_live were written by a kernel that has finished when this one starts:
+  // two or more launches back (kernels/cuda/launch.cuh), as for the experts' second GEMM. The
+  // decode path reads them, and starts its weight loads, before its PDL wait.
   bool routed_early = false;
+};
+
+// The experts' clamped SwiGLU as the first GEMM's epilogue (gate and up interleaved in its N
+// outputs): a [.][round128(N / 2)] BF16 in the MXFP4 activation layout, as moe_swiglu_bf16 writes it.
+struct SwigluOut {
+  bf16* a = nullptr;
+  float alpha = 0, limit = 0;
 };
 
 // y[r][n] = sum_k W_e[n][k] * x[src(r)][k] + bias_e[n] for the rows r of every expert e; x BF16
 // in the MXFP4 activation layout ([.][round128(K)], formats/mxfp4.h), y fp32 [rows][N].
+// With swiglu: its a receives moe_swiglu_bf16 of those rows (rows < seg[experts]; padding rows
+// marked by row_live as the decode path leaves them), bit for bit. The decode path computes it in
+// its epilogue and leaves y as it was; the other paths write y and run moe_swiglu_bf16.
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
-                                          cudaStream_t st);
+                                          cudaStream_t st, const SwigluOut* swiglu = nullptr);
 
 // x fp32 [.][K] -> BF16 (round to nearest) in the MXFP4 activation layout, out [T][round128(K)];
 // out row t reads x row in_rows[t] (zeros where it is < 0) when in_rows is given, else row t.

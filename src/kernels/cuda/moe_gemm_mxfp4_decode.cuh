@@ -89,16 +89,12 @@ __device__ inline void mxfp4_kb_mma(const uint4& lo, const uint4& hi, const E8m0
   }
 }
 
-// A pass's outputs: rows base + 8t + 2c + (i & 1) < s1 of weight rows n0 + g (+ 8); with ks > 1 the
-// splits' sums added in split order through red [kWarps][NT][4][32] (shared, free when called).
-template <int NT>
-__device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int base, int s1, int n0, int N, float* y,
-                                        float* red) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, split = warp % ks;
-  auto store = [&](int t, int i, float v) {
-    const int r = base + t * 8 + 2 * c + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-    if (r < s1 && n < N) y[size_t(r) * N + n] = v;
-  };
+// A pass's sums, through `store(t, i, v)` (called by every lane of the warps that store, in the
+// same order: it may shuffle): accumulator i of row group t; with ks > 1 the splits' sums added in
+// split order through red [kWarps][NT][4][32] (shared, free when called) and stored by split 0.
+template <int NT, class Store>
+__device__ inline void mxfp4_reduce_pass(const float (&acc)[NT][4], int ks, float* red, const Store& store) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, split = warp % ks;
   if (ks == 1) {
 #pragma unroll
     for (int t = 0; t < NT; ++t)
@@ -120,6 +116,38 @@ __device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int b
         for (int w = 1; w < ks; ++w) v += red[(((warp + w) * NT + t) * 4 + i) * 32 + lane];
         store(t, i, v);
       }
+}
+
+// A pass's outputs: rows base + 8t + 2c + (i & 1) < s1 of weight rows n0 + g (+ 8), fp32 into y
+// [.][N], or, with sw.a, through the clamped SwiGLU (gate and up interleaved: outputs 2o, 2o + 1
+// make column o) as BF16 into sw.a [.][round128(N / 2)] in the MXFP4 activation layout: what
+// moe_swiglu_bf16 makes of the fp32 outputs, bit for bit. The warp of weight rows 0 (n0 == 0)
+// also writes the zeros of the layout's columns past N / 2.
+template <int NT>
+__device__ inline void mxfp4_store_pass(const float (&acc)[NT][4], int ks, int base, int s1, int n0, int N, float* y,
+                                        float* red, const SwigluOut& sw = {}) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  auto row = [&](int t, int i) { return base + t * 8 + 2 * c + (i & 1); };
+  auto col = [&](int i) { return n0 + g + (i >= 2 ? 8 : 0); };
+  if (!sw.a) {
+    mxfp4_reduce_pass<NT>(acc, ks, red, [&](int t, int i, float v) {
+      const int r = row(t, i), n = col(i);
+      if (r < s1 && n < N) y[size_t(r) * N + n] = v;
+    });
+    return;
+  }
+  const int I = N / 2, Ip = mxfp4_act_cols(I);
+  mxfp4_reduce_pass<NT>(acc, ks, red, [&](int t, int i, float v) {
+    const float up = __shfl_down_sync(0xffffffffu, v, 4);  // lane + 4: weight row n + 1, the same rows
+    const int r = row(t, i), n = col(i);
+    if (g % 2 == 0 && r < s1 && n < N)
+      sw.a[size_t(r) * Ip + mxfp4_act_position(n / 2)] = __float2bfloat16_rn(swiglu_clamped(v, up, sw.alpha, sw.limit));
+  });
+  if (n0 == 0 && (threadIdx.x >> 5) % ks == 0 && Ip > I)
+    for (int j = lane; j < NT * 8 * (Ip - I); j += 32) {
+      const int r = base + j / (Ip - I), o = I + j % (Ip - I);
+      if (r < s1) sw.a[size_t(r) * Ip + mxfp4_act_position(o)] = __float2bfloat16_rn(0.0f);
+    }
 }
 
 // A decode block's warp and what it works on: its expert e and that expert's live rows [s0, s1),
@@ -187,7 +215,8 @@ __host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int ks, int c
 
 template <int NT, class Sync, int kStages = decode_stages(NT), int kChunks = 1>
 __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
-                                         int ks, VBlock blk, const Sync& sync, int pass_rows = 8 * NT) {
+                                         int ks, VBlock blk, const Sync& sync, int pass_rows = 8 * NT,
+                                         const SwigluOut& sw = {}) {
   static_assert((kStages & (kStages - 1)) == 0, "the ring's slot is a mask");
   const int R = min(pass_rows, 8 * NT);
   __shared__ float red[kWarps * NT * 4 * 32];
@@ -268,7 +297,7 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
           });
         }
     }
-    mxfp4_store_pass<NT>(acc, ks, base, min(s1, base + R), n0, N, y, red);  // the columns past R: not this pass's
+    mxfp4_store_pass<NT>(acc, ks, base, min(s1, base + R), n0, N, y, red, sw);  // the columns past R: not this pass's
     cp_async_wait<0>();
     __syncthreads();  // the stage, red and the rings are reused by the next pass
   }
