@@ -1,7 +1,8 @@
 // Probe: the MXFP4 decode GEMM's row path (kernels/cuda/moe_gemm_mxfp4_decode.cuh) at gpt-oss's
 // decode shapes, across the knobs that set how many weight bytes a warp keeps in flight and how
-// the work is cut: ring stages (4, 8, 16), activation chunks (1, 2), the rows a pass stages
-// (pass_rows) and the K-splits. Each configuration runs the two expert GEMMs of one layer (up:
+// the work is cut: ring stages (4, 8), activation chunks (1, 2), blocks an SM, the rows a pass
+// stages (pass_rows) and the K-splits; and the production path with and without its SwiGLU
+// epilogue and its early second GEMM. Each configuration runs the two expert GEMMs of one layer (up:
 // N = 2I, K = H; down: N = H, K = I) with random top-4 routing, through enough weight copies that
 // no launch finds its experts in L2, launched with PDL as the model launches them (up, the SwiGLU,
 // down).
@@ -63,6 +64,7 @@ struct Config {
   bool early = false;  // the second GEMM starts its weight loads before its PDL wait
   bool swiglu = true;  // the SwiGLU kernel between the GEMMs (false: what it costs the layer)
   bool epilogue = false;  // production only: the SwiGLU as the first GEMM's epilogue (SwigluOut)
+  bool prod = false;
 };
 
 struct Shape {
@@ -76,31 +78,25 @@ int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";  // a shape's name: that shape alone (for ncu)
   constexpr int H = 2880, I = 2880, kTopK = 4;
   const int sms = sm_count();
-  // chunks 0: the previous production rule (1 where the grid is one wave of two blocks an SM,
-  // else 2 at three blocks an SM); pass_rows 0: 8, -1: mxfp4_decode_pass_rows of the hint.
+  // prod: m_grouped_mxfp4_gemm_bf16_contiguous itself. Otherwise the row kernel given, or with
+  // none the previous production's (session 17: 4 stages, 8 rows a pass, chunks 0: 1 where the
+  // grid is one wave of two blocks an SM, else 2 at three blocks an SM). pass_rows 0: 8, -1:
+  // mxfp4_decode_pass_rows of the hint.
   const Config configs[] = {
-      {"production (8 stages, pass rows by hint, down early, SwiGLU epilogue)", nullptr, 8, 0, -1, 1, true, false, true},
-      {"production, SwiGLU kernel", nullptr, 8, 0, -1, 1, true},
-      {"previous production (4 stages, 8 rows)", nullptr, 4, 0, 0, 1},
-      {"production, down not early", nullptr, 8, 0, -1, 1, false},
-      {"production, no SwiGLU kernel", nullptr, 8, 0, -1, 1, true, false},
-      {"4 stages, pass rows by hint", row_kernel<4, 1, 2>, 4, 1, -1, 1},
-      {"4 stages, pass rows by hint, 3/SM", row_kernel<4, 1, 3>, 4, 1, -1, 1},
-      {"4 stages, pass rows by hint, 2 chunks, 3/SM", row_kernel<4, 2, 3>, 4, 2, -1, 1},
-      {"4 stages, pass rows by hint, 3/SM, down early", row_kernel<4, 1, 3>, 4, 1, -1, 1, true},
-      {"8 stages, 8 rows, 2 chunks", row_kernel<8, 2, 2>, 8, 2, 0, 1},
-      {"8 stages, 8 rows, 1 chunk (1/SM)", row_kernel<8, 1, 1>, 8, 1, 0, 1},
-      {"8 stages, 1 row a pass", row_kernel<8, 1, 2>, 8, 1, 1, 1},
-      {"16 stages, pass rows by hint (1/SM)", row_kernel<16, 1, 1>, 16, 1, -1, 1},
-      {"8 stages, pass rows by hint, 2x splits", row_kernel<8, 1, 2>, 8, 1, -1, 2},
-      {"8 stages, pass rows by hint, 4x splits", row_kernel<8, 1, 2>, 8, 1, -1, 4},
-      {"4 stages, pass rows by hint, 2x splits", row_kernel<4, 1, 2>, 4, 1, -1, 2},
+      {"production (SwiGLU epilogue, down early)", nullptr, 4, 0, -1, 1, true, true, true, true},
+      {"production, SwiGLU kernel", nullptr, 4, 0, -1, 1, true, true, false, true},
+      {"production, SwiGLU kernel, down not early", nullptr, 4, 0, -1, 1, false, true, false, true},
+      {"previous production (session 17)", nullptr, 4, 0, 0, 1},
+      {"8 stages, pass rows by hint, 1 chunk, 2/SM", row_kernel<8, 1, 2>, 8, 1, -1, 1},
+      {"8 stages, 8 rows, 2 chunks, 2/SM", row_kernel<8, 2, 2>, 8, 2, 0, 1},
+      {"4 stages, pass rows by hint, 1 chunk, 3/SM", row_kernel<4, 1, 3>, 4, 1, -1, 1},
+      {"4 stages, pass rows by hint, 2 chunks, 3/SM, 2x splits", row_kernel<4, 2, 3>, 4, 2, -1, 2},
   };
+
 
   const Shape shapes[] = {{"20b b1", 32, 1},  {"20b b4", 32, 4},   {"20b b8", 32, 8},     {"20b b32", 32, 32},
                           {"20b b64", 32, 64}, {"120b b1", 128, 1}, {"120b b64", 128, 64}, {"120b b128", 128, 128}};
-  for (auto k : {row_kernel<4, 1, 2>, row_kernel<4, 2, 3>, row_kernel<4, 1, 3>, row_kernel<8, 2, 2>, row_kernel<8, 1, 1>, row_kernel<8, 1, 2>,
-                 row_kernel<16, 1, 1>})
+  for (auto k : {row_kernel<4, 1, 2>, row_kernel<4, 2, 3>, row_kernel<4, 1, 3>, row_kernel<8, 2, 2>, row_kernel<8, 1, 2>})
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   std::printf("| shape | configuration | up ks | down ks | pass rows | smem KB | layer us | TB/s | production / this |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -157,7 +153,7 @@ int main(int argc, char** argv) {
       const SwigluOut sw{a.ptr, 1.702f, 7.0f};
       auto gemm = [&](const Mxfp4ExpertsView& W, const bf16* xin, const ExpertRows& rows, float* out, int ks,
                       const SwigluOut* epi = nullptr) {
-        if (!cf.kernel && cf.stages == 8) {
+        if (cf.prod) {
           m_grouped_mxfp4_gemm_bf16_contiguous(W, xin, rows, out, nullptr, epi);
           return;
         }

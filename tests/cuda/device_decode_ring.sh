@@ -21,7 +21,7 @@ if [ -n "${NCU:-}" ]; then  # the production kernels, then the previous producti
   done
 fi
 bench() {  # model label binary args
-  timeout ${BENCH_S:-150} $3 bench --backend cuda --model $(synth_dir $1) --weights ${WEIGHTS:-mxfp4} $4 --json $OUT/bench_$1_$2.json > $OUT/bench_$1_$2.log 2>&1
+  timeout ${BENCH_S:-150} $3 bench --backend cuda --model $(synth_dir $1) --weights ${WEIGHTS:-mxfp4} $4 > $OUT/bench_$1_$2.log 2>&1
   echo "-- $1 $2"; grep -E "^\| [0-9]|rror" $OUT/bench_$1_$2.log
 }
 ARGS20=${ARGS20:---prefill-lens 16 --batches 1,8,64 --contexts 8192 --steps 16}

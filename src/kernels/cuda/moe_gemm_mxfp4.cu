@@ -18,16 +18,15 @@ namespace osprey::cuda {
 
 namespace {
 
-// The row path, up to 8 rows a pass, two blocks an SM: the pass's activations staged whole, or in
-// two chunks of K where a whole stage would leave room for one block an SM only.
+// The row path, up to 8 rows a pass: activations staged in two chunks of K at three blocks an SM,
+// or whole at two where the grid is one wave of two (a batch-1 step: the chunk barrier only costs).
 template <int kChunks>
-__global__ void __launch_bounds__(kWarps * 32, 2)
+__global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, int pass_rows,
                         SwigluOut sw) {
   mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{},
                                                            pass_rows, sw);
 }
-constexpr size_t kTwoBlocksSmem = 112 * 1024;  // the dynamic shared memory of each of two blocks an SM
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
 __global__ void __launch_bounds__(kWarps * 32, 2)
@@ -369,7 +368,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
   const int pass_rows = mxfp4_decode_pass_rows(rows.rows_per_expert);
-  const int chunks = mxfp4_decode_smem(1, W.K, ks, 1, decode_stages(1), pass_rows) <= kTwoBlocksSmem ? 1 : 2;
+  const int chunks = size_t(grid.x) * grid.y > size_t(2 * sms) ? 2 : 1;
   const size_t smem =
       wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K, ks, chunks, decode_stages(1), pass_rows);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");

@@ -192,9 +192,13 @@ __device__ inline bool mxfp4_warp_work(const Mxfp4ExpertsView& W, const ExpertRo
 // 8 rows. Experts with more rows take more passes, the later ones mostly from L2. An MMA column
 // past the pass's rows reads the stage's last row (its result is never stored), so a stage of
 // fewer rows than 8 NT leaves room for a deeper ring.
-__host__ __device__ constexpr int decode_stages(int) { return 8; }
+// Four stages: eight (a deeper ring at two blocks an SM instead of three) measured 0.82-0.92x at
+// 8 to 128 rows an expert and no faster at one (bench/probes/mxfp4_decode_ring.cu, docs/PERF.md):
+// the kernel is held by its instructions and their latency, so warps an SM matter more than bytes
+// in flight.
+__host__ __device__ constexpr int decode_stages(int) { return 4; }
 // The rows a pass stages: twice what an expert typically gets (the hint is itself twice the
-// mean), at most 8. A small stage leaves the shared memory to the rings (bench/probes/mxfp4_decode_ring.cu).
+// mean), at most 8: no more shared memory than the pass can use.
 __host__ __device__ constexpr int mxfp4_decode_pass_rows(int rows_per_expert) {
   return rows_per_expert < 1 ? 8 : rows_per_expert > 4 ? 8 : 2 * rows_per_expert;
 }
