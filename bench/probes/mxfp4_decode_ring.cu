@@ -55,6 +55,10 @@ __global__ void __launch_bounds__(kWarps * 32, MINB)
   mxfp4_decode_body<1, PdlSync, S, C>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, pass_rows);
 }
 
+// The rows a pass stages, by the hint (twice the rows an expert typically gets, at most 8): the
+// rule this session tried beside deeper rings, where a smaller stage kept two blocks an SM.
+int pass_rows_by_hint(int hint) { return hint < 1 ? 8 : hint > 4 ? 8 : 2 * hint; }
+
 struct Config {
   const char* name;
   void (*kernel)(Mxfp4ExpertsView, const bf16*, ExpertRows, float*, int, int);
@@ -81,7 +85,7 @@ int main(int argc, char** argv) {
   // prod: m_grouped_mxfp4_gemm_bf16_contiguous itself. Otherwise the row kernel given, or with
   // none the previous production's (session 17: 4 stages, 8 rows a pass, chunks 0: 1 where the
   // grid is one wave of two blocks an SM, else 2 at three blocks an SM). pass_rows 0: 8, -1:
-  // mxfp4_decode_pass_rows of the hint.
+  // pass_rows_by_hint.
   const Config configs[] = {
       {"production (SwiGLU epilogue, down early)", nullptr, 4, 0, -1, 1, true, true, true, true},
       {"production, SwiGLU kernel", nullptr, 4, 0, -1, 1, true, true, false, true},
@@ -148,7 +152,7 @@ int main(int argc, char** argv) {
       r2.routed_early = cf.early;
       const int ks_up = std::min(kWarps, mxfp4_k_splits(2 * I, H, sms) * cf.ks_mul);
       const int ks_dn = std::min(kWarps, mxfp4_k_splits(H, I, sms) * cf.ks_mul);
-      const int pr = cf.pass_rows == 0 ? 8 : cf.pass_rows < 0 ? mxfp4_decode_pass_rows(hint) : cf.pass_rows;
+      const int pr = cf.pass_rows == 0 ? 8 : cf.pass_rows < 0 ? pass_rows_by_hint(hint) : cf.pass_rows;
       size_t smem_max = 0;
       const SwigluOut sw{a.ptr, 1.702f, 7.0f};
       auto gemm = [&](const Mxfp4ExpertsView& W, const bf16* xin, const ExpertRows& rows, float* out, int ks,

@@ -18,14 +18,19 @@ namespace osprey::cuda {
 
 namespace {
 
-// The row path, up to 8 rows a pass: activations staged in two chunks of K at three blocks an SM,
-// or whole at two where the grid is one wave of two (a batch-1 step: the chunk barrier only costs).
+// The row path, 8 rows a pass: activations staged in two chunks of K at three blocks an SM, or
+// whole at two where the grid is one wave of two (a batch-1 step: the chunk barrier only costs).
+// The SwiGLU epilogue (sw.a) only in the one-wave kernel: it saves a launch a layer, 2 us of a
+// batch-1 layer's 38, while at three blocks an SM its code spills and measured 1-2% slower at
+// 64 and 128 rows (bench/probes/mxfp4_decode_ring.cu, docs/PERF.md); there it is the SwiGLU kernel.
 template <int kChunks>
 __global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
-    mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, int pass_rows,
-                        SwigluOut sw) {
-  mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{},
-                                                           pass_rows, sw);
+    mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, SwigluOut sw) {
+  constexpr int kPassRows = 8;
+  if constexpr (kChunks == 1)
+    mxfp4_decode_body<1, PdlSync, decode_stages(1), 1>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, kPassRows, sw);
+  else
+    mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
@@ -367,10 +372,8 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int segments = rows.active ? rows.active_max : W.experts;
   const int tiles_per_block = kWarps / ks;
   const dim3 grid(unsigned((row_tiles + tiles_per_block - 1) / tiles_per_block), unsigned(segments));
-  const int pass_rows = mxfp4_decode_pass_rows(rows.rows_per_expert);
   const int chunks = size_t(grid.x) * grid.y > size_t(2 * sms) ? 2 : 1;
-  const size_t smem =
-      wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K, ks, chunks, decode_stages(1), pass_rows);
+  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages) : mxfp4_decode_smem(1, W.K, ks, chunks);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
@@ -382,8 +385,10 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     launch_pdl("gemm", mxfp4_wide_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
     swiglu_after();
   } else {
+    const bool epilogue = swiglu && chunks == 1;
     launch_pdl("gemm", chunks == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>, grid, kWarps * 32, smem, st, W, x,
-               rows, y, ks, pass_rows, swiglu ? *swiglu : SwigluOut{});
+               rows, y, ks, epilogue ? *swiglu : SwigluOut{});
+    if (!epilogue) swiglu_after();
   }
 }
 

@@ -184,7 +184,8 @@ __device__ inline bool mxfp4_warp_work(const Mxfp4ExpertsView& W, const ExpertRo
   return true;
 }
 
-// The row path, up to 8 NT rows a pass (pass_rows: the rows the stage holds): each warp streams
+// The row path, up to 8 NT rows a pass (pass_rows: the rows the stage holds, 8 NT in the kernels;
+// bench/probes/mxfp4_decode_ring.cu tries fewer): each warp streams
 // its rows' codes and scales through a ring of its own (kStages, a power of two: the slot is a
 // mask), so no warp waits for another's loads. The pass's activation rows (only the rows it has)
 // are staged by the block in kChunks chunks of each split's K blocks (a block barrier between
@@ -197,11 +198,7 @@ __device__ inline bool mxfp4_warp_work(const Mxfp4ExpertsView& W, const ExpertRo
 // the kernel is held by its instructions and their latency, so warps an SM matter more than bytes
 // in flight.
 __host__ __device__ constexpr int decode_stages(int) { return 4; }
-// The rows a pass stages: twice what an expert typically gets (the hint is itself twice the
-// mean), at most 8: no more shared memory than the pass can use.
-__host__ __device__ constexpr int mxfp4_decode_pass_rows(int rows_per_expert) {
-  return rows_per_expert < 1 ? 8 : rows_per_expert > 4 ? 8 : 2 * rows_per_expert;
-}
+
 // K blocks of a chunk, and the byte stride of a staged chunk row (64 past a multiple of 128: a
 // warp's 16-byte loads are free of bank conflicts).
 __host__ __device__ inline int decode_chunk_blocks(int K, int ks, int chunks) {
