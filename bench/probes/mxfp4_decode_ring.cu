@@ -10,9 +10,11 @@
 // production configuration's time over this one's (the first row of each shape; above 1: faster).
 // With an argument (a shape's name, e.g. "20b b1"), that shape alone.
 //
-// nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
-//   bench/probes/mxfp4_decode_ring.cu src/kernels/cuda/moe_gemm_mxfp4.cu src/core/error_plain.cpp \
-//   -o build/probe_mxfp4_decode_ring
+// Build (from the repository root; fmt needs the host compiler for error_plain.cpp):
+//   g++ -std=c++20 -O2 -Isrc -c src/core/error_plain.cpp -o build/error_plain.o
+//   nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
+//     bench/probes/mxfp4_decode_ring.cu src/kernels/cuda/moe_gemm_mxfp4.cu build/error_plain.o -lfmt \
+//     -o build/probe_mxfp4_decode_ring
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
