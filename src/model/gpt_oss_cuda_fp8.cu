@@ -729,7 +729,7 @@ struct GptOssCudaFp8::Impl {
         });
       } else if (mxfp4 && !pass.lt_moe) {
         const cuda::ExpertRows rows = expert_rows(T);
-        const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};  // the first GEMM's epilogue on the decode path
+        const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};  // batch 1: the first GEMM's epilogue
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream, &swiglu);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {

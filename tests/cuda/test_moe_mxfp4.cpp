@@ -110,8 +110,8 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   EXPECT_EQ((hseg[1] - hseg[0]) / 4, (T + 3) / 4) << "expert 0 gets every token";
   EXPECT_LT(worst_against_cpu_twin(W, idx, x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
   // The other paths sum in the same order (the same K splits, the same MMA slots): the same bits,
-  // so a row's result does not depend on how many rows its step has. Hints 1 and 2 stage 2 and 4
-  // rows a pass (an expert with more takes more passes) and read the routing before the PDL wait.
+  // so a row's result does not depend on how many rows its step has. Hints 1 and 2 also read the
+  // routing before the PDL wait (ExpertRows::routed_early, as the second GEMM does).
   for (int hint : {1, 2, 16, 32, 64}) {
     if (hint == rows.rows_per_expert) continue;
     SCOPED_TRACE("against rows_per_expert " + std::to_string(hint));
@@ -147,13 +147,20 @@ TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
 
 // The first GEMM's SwiGLU epilogue (SwigluOut): on every path, what moe_swiglu_bf16 writes from
 // the fp32 product, bit for bit, over every position of the live rows (the zeros past N / 2
-// included: the buffers start poisoned). At 1, 3 and 129 tokens: the decode path's epilogue in
-// one pass and in many (expert 0 gets every token), and the wide and tiled paths' fallback.
+// included: the buffers start poisoned). The one-wave decode kernel computes it in its epilogue:
+// 1 token top-4 of 8 experts (one pass), and 9 tokens top-1 of 4 (expert 0 gets all 9: two
+// passes). 3 and 129 tokens take the other decode kernel, the wide and the tiled paths, which
+// run the SwiGLU kernel after the product.
 TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
-  const int E = 8, k = 4, N = 2 * 1440, K = 2880, I = N / 2, Ip = mxfp4_act_cols(I);
-  for (int T : {1, 3, 129})
-    for (int hint : {std::min(16, 2 * T), 32, 64}) {
-      SCOPED_TRACE("T " + std::to_string(T) + " rows_per_expert " + std::to_string(hint));
+  const int N = 2 * 1440, K = 2880, I = N / 2, Ip = mxfp4_act_cols(I);
+  struct Case {
+    int E, k, T;
+  };
+  for (const Case cs : {Case{8, 4, 1}, Case{4, 1, 9}, Case{8, 4, 3}, Case{8, 4, 129}})
+    for (int hint : {std::min(16, 2 * cs.T), 32, 64}) {
+      const int E = cs.E, k = cs.k, T = cs.T;
+      SCOPED_TRACE("T " + std::to_string(T) + " top-" + std::to_string(k) + " of " + std::to_string(E) +
+                   ", rows_per_expert " + std::to_string(hint));
       const HostExperts W(E, N, K, 170 + T);
       const auto idx = skewed_choices(T, E, 171, k);
       const auto x = randf(size_t(T) * K, 172, 2.0f);

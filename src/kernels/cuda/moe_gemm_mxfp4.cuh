@@ -52,8 +52,9 @@ struct SwigluOut {
 // y[r][n] = sum_k W_e[n][k] * x[src(r)][k] + bias_e[n] for the rows r of every expert e; x BF16
 // in the MXFP4 activation layout ([.][round128(K)], formats/mxfp4.h), y fp32 [rows][N].
 // With swiglu: its a receives moe_swiglu_bf16 of those rows (rows < seg[experts]; padding rows
-// marked by row_live as the decode path leaves them), bit for bit. The decode path computes it in
-// its epilogue and leaves y as it was; the other paths write y and run moe_swiglu_bf16.
+// marked by row_live as the decode path leaves them), bit for bit. The decode path's one-wave
+// kernel (a batch-1 step) computes it in its epilogue and leaves y as it was; otherwise y is
+// written and moe_swiglu_bf16 runs after.
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                           cudaStream_t st, const SwigluOut* swiglu = nullptr);
 

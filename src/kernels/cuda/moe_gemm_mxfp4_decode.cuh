@@ -225,9 +225,9 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int split = warp % ks;
-  // The expert list and the offsets come from the route kernel: before the wait where it is two
-  // kernels back (rows.routed_early), so the first weight stages stream while the kernel before
-  // ends. The activations come from the kernel before: after the wait.
+  // The expert list and the offsets come from the route kernel: before the wait where it has
+  // finished when this kernel starts (rows.routed_early), so the first weight stages stream while
+  // the kernel before ends. The activations come from the kernel before: after the wait.
   const bool early = rows.routed_early;
   if (!early) sync.wait(), sync.release();
   Mxfp4WarpWork w;
