@@ -84,42 +84,56 @@ INSTANTIATE_TEST_SUITE_P(Awkward, MoeMxfp4,
                          ::testing::Values(std::tuple{1, false}, std::tuple{3, false}, std::tuple{129, false},
                                            std::tuple{3, true}, std::tuple{129, true}, std::tuple{600, true}));
 
+// A grouped GEMM's first inputs on the device: E experts of random MXFP4 weights [N][K] (seed
+// w_seed), T tokens' top-k choices (skewed_choices, seed) sorted by expert (moe_sort), the tokens
+// (seed + 1) as BF16 in the activation layout, and the first GEMM's rows (each reads its token's
+// row) with the hint rows_per_expert.
+struct GroupedInputs {
+  int T, E, k, N, K, P;
+  HostExperts W;
+  std::vector<int32_t> idx;
+  std::vector<float> x;
+  Dev<int32_t> di, seg, row_token, pair_row, active;
+  Dev<uint8_t> tiles;
+  Dev<bf16> bias;
+  Dev<float> dx;
+  Dev<bf16> xb;
+  cuda::Mxfp4ExpertsView view;
+  cuda::ExpertRows rows;
+  GroupedInputs(int T_, int E_, int k_, int N_, int K_, uint32_t w_seed, uint32_t seed, int hint)
+      : T(T_), E(E_), k(k_), N(N_), K(K_), P(cuda::moe_rows_max(T_, k_, E_)), W(E_, N_, K_, w_seed),
+        idx(skewed_choices(T_, E_, seed, k_)), x(randf(size_t(T_) * K_, seed + 1, 2.0f)), di(idx), seg(E_ + 1),
+        row_token(P), pair_row(idx.size()), active(E_), tiles(W.relaid), bias(W.bias), dx(x),
+        xb(size_t(T_) * mxfp4_act_cols(K_)), view{tiles.p, as_dev_bf16(bias), E_, N_, K_} {
+    cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
+    cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
+    rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
+    rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P, rows.rows_per_expert = hint;
+  }
+};
+
 void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " K " + std::to_string(K));
-  const HostExperts W(E, N, K, 70 + T);
-  const auto idx = skewed_choices(T, E, 71, k);
-  const auto x = randf(size_t(T) * K, 72, 2.0f);
-  const int P = cuda::moe_rows_max(T, k, E), Kp = mxfp4_act_cols(K);
-  Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
-  cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
-  Dev<uint8_t> tiles(W.relaid);
-  Dev<bf16> bias(W.bias);
-  Dev<float> dx(x), y(size_t(P) * N);
-  Dev<bf16> xb(size_t(T) * Kp);
-  cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
-  const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K};
-  cuda::ExpertRows rows;
-  rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
-  rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P;
   // The path: the row path up to 16 rows an expert, the wide path up to 48, the tiled path past.
-  rows.rows_per_expert = tiled ? 64 : std::min(16, 2 * T);
-  cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y.p, nullptr);
+  const GroupedInputs in(T, E, k, N, K, 70 + T, 71, tiled ? 64 : std::min(16, 2 * T));
+  Dev<float> y(size_t(in.P) * N);
+  cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view, as_dev_bf16(in.xb), in.rows, y.p, nullptr);
   const auto got = y.get();
-  const auto hpair = pair_row.get(), hrow = row_token.get(), hseg = seg.get();
+  const auto hpair = in.pair_row.get(), hrow = in.row_token.get(), hseg = in.seg.get();
   EXPECT_EQ(hseg[E] - hseg[E - 1], 0) << "expert E - 1 gets no rows";
   EXPECT_EQ((hseg[1] - hseg[0]) / 4, (T + 3) / 4) << "expert 0 gets every token";
-  EXPECT_LT(worst_against_cpu_twin(W, idx, x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
+  EXPECT_LT(worst_against_cpu_twin(in.W, in.idx, in.x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
   // The other paths sum in the same order (the same K splits, the same MMA slots): the same bits,
   // so a row's result does not depend on how many rows its step has. Hints 1 and 2 also read the
   // routing before the PDL wait (ExpertRows::routed_early, as the second GEMM does).
   for (int hint : {1, 2, 16, 32, 64}) {
-    if (hint == rows.rows_per_expert) continue;
+    if (hint == in.rows.rows_per_expert) continue;
     SCOPED_TRACE("against rows_per_expert " + std::to_string(hint));
-    Dev<float> y2(size_t(P) * N);
-    cuda::ExpertRows other = rows;
+    Dev<float> y2(size_t(in.P) * N);
+    cuda::ExpertRows other = in.rows;
     other.rows_per_expert = hint;
     other.routed_early = hint <= 2;
-    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), other, y2.p, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view, as_dev_bf16(in.xb), other, y2.p, nullptr);
     const auto got2 = y2.get();
     for (int r = 0; r < hseg[E]; ++r) {
       if (hrow[r] < 0) continue;
@@ -133,7 +147,7 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
     if (hrow[r] < 0) {
       if (tiled) {
         const int e = int(std::upper_bound(hseg.begin(), hseg.end(), r) - hseg.begin()) - 1;
-        EXPECT_EQ(got[size_t(r) * N + 5], bf16_to_f32(W.bias[size_t(e) * N + 5]));
+        EXPECT_EQ(got[size_t(r) * N + 5], bf16_to_f32(in.W.bias[size_t(e) * N + 5]));
       } else {
         EXPECT_TRUE(std::isnan(got[size_t(r) * N + 5]));
       }
@@ -161,27 +175,16 @@ TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
       const int E = cs.E, k = cs.k, T = cs.T;
       SCOPED_TRACE("T " + std::to_string(T) + " top-" + std::to_string(k) + " of " + std::to_string(E) +
                    ", rows_per_expert " + std::to_string(hint));
-      const HostExperts W(E, N, K, 170 + T);
-      const auto idx = skewed_choices(T, E, 171, k);
-      const auto x = randf(size_t(T) * K, 172, 2.0f);
-      const int P = cuda::moe_rows_max(T, k, E), Kp = mxfp4_act_cols(K);
-      Dev<int32_t> di(idx), seg(E + 1), row_token(P), pair_row(idx.size()), active(E);
-      cuda::moe_sort(di.p, T, k, E, seg.p, row_token.p, pair_row.p, active.p, nullptr);
-      Dev<uint8_t> tiles(W.relaid);
-      Dev<bf16> bias(W.bias);
-      Dev<float> dx(x), y(size_t(P) * N), y2(size_t(P) * N);
-      Dev<bf16> xb(size_t(T) * Kp), want(size_t(P) * Ip), got(size_t(P) * Ip);
-      cuda::to_bf16_mxfp4_layout(dx.p, T, K, as_dev_bf16(xb), nullptr);
-      const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K};
-      cuda::ExpertRows rows;
-      rows.seg = seg.p, rows.active = active.p, rows.active_max = std::min(E, T * k);
-      rows.row_live = row_token.p, rows.x_rows = row_token.p, rows.rows = P, rows.rows_per_expert = hint;
-      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y.p, nullptr);
-      cuda::moe_swiglu_bf16(y.p, seg.p + E, P, I, 1.702f, 7.0f, as_dev_bf16(want), nullptr);
+      const GroupedInputs in(T, E, k, N, K, 170 + T, 171, hint);
+      const int P = in.P;
+      Dev<float> y(size_t(P) * N), y2(size_t(P) * N);
+      Dev<bf16> want(size_t(P) * Ip), got(size_t(P) * Ip);
+      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view, as_dev_bf16(in.xb), in.rows, y.p, nullptr);
+      cuda::moe_swiglu_bf16(y.p, in.seg.p + E, P, I, 1.702f, 7.0f, as_dev_bf16(want), nullptr);
       const cuda::SwigluOut sw{as_dev_bf16(got), 1.702f, 7.0f};
-      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(view, as_dev_bf16(xb), rows, y2.p, nullptr, &sw);
+      cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view, as_dev_bf16(in.xb), in.rows, y2.p, nullptr, &sw);
       const auto hw = want.get(), hg = got.get();
-      const auto hrow = row_token.get(), hseg = seg.get();
+      const auto hrow = in.row_token.get(), hseg = in.seg.get();
       for (int r = 0; r < hseg[E]; ++r) {
         if (hrow[r] < 0) continue;  // padding: the decode path leaves it
         for (int p = 0; p < Ip; ++p)
