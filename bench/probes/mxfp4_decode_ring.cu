@@ -17,39 +17,23 @@
 //     -o build/probe_mxfp4_decode_ring
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4_decode.cuh"
+#include "model/moe_timing_inputs.cuh"
 
 using osprey::fail_plain;
 using namespace osprey::cuda;
+namespace mi = osprey::moe_inputs;
 using osprey::mxfp4_act_cols;
 using osprey::mxfp4_tiles_bytes;
 using osprey::kMxfp4TileBytes;
+using osprey::MoeGemmShape;
 
 namespace {
-
-__device__ inline uint32_t mix(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return uint32_t(z ^ (z >> 31));
-}
-__global__ void fill_tiles(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = mix(i, seed);
-    p[i] = i % kMxfp4TileBytes >= 1024 ? uint8_t(118 + (h & 7)) : uint8_t(h);
-  }
-}
-__global__ void fill_bf16(bf16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(float(mix(i, seed) & 0xFFFF) / 65536.0f - 0.5f);
-}
 
 template <int S, int C, int MINB>
 __global__ void __launch_bounds__(kWarps * 32, MINB)
@@ -109,38 +93,21 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     if (!only.empty() && only != sh.name) continue;
     const int E = sh.experts, B = sh.batch, P = B * kTopK;
-    // Routing: each token's top-4 distinct experts at random, rows sorted by expert.
-    std::mt19937 rng(11);
-    std::vector<std::vector<int32_t>> by(E);
-    std::vector<int> ids(E);
-    for (int t = 0; t < B; ++t) {
-      std::iota(ids.begin(), ids.end(), 0);
-      for (int j = 0; j < kTopK; ++j) {
-        std::uniform_int_distribution<int> d(j, E - 1);
-        std::swap(ids[j], ids[d(rng)]);
-        by[ids[j]].push_back(t);
-      }
-    }
-    std::vector<int32_t> seg{0}, active, row_token;
-    int touched = 0;
-    for (int e = 0; e < E; ++e) {
-      for (int t : by[e]) row_token.push_back(t);
-      seg.push_back(int32_t(row_token.size()));
-      if (!by[e].empty()) active.push_back(e), ++touched;
-    }
-    active.resize(std::min(E, P), -1);
-    const int hint = std::min((B + 3) / 4 * 4, 2 * ((P + E - 1) / E));
+    const MoeGemmShape shape{.batch = B, .experts = E, .top_k = kTopK, .hidden = H, .intermediate = I};
+    const mi::Routing routing = mi::route(shape);
+    const std::vector<int32_t>&seg = routing.seg, &active = routing.active, &row_token = routing.row_token;
+    const int hint = mi::rows_per_expert(shape);
     const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
-    const double pair_bytes = double(touched) * double(up_bytes + down_bytes);
-    const int copies = std::clamp(int(256e6 / pair_bytes) + 1, 2, 8);
+    const double pair_bytes = double(routing.touched) * double(up_bytes + down_bytes);
+    const int copies = mi::copies_for(pair_bytes);
     DeviceArray<uint8_t> up(up_bytes * E * copies), down(down_bytes * E * copies);
-    fill_tiles<<<1024, 256>>>(up.ptr, up.n, 1);
-    fill_tiles<<<1024, 256>>>(down.ptr, down.n, 2);
+    mi::fill_mxfp4_tiles<<<mi::kFillBlocks, mi::kFillThreads>>>(up.ptr, up.n, 1);
+    mi::fill_mxfp4_tiles<<<mi::kFillBlocks, mi::kFillThreads>>>(down.ptr, down.n, 2);
     DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H), x(size_t(B) * mxfp4_act_cols(H)), a(size_t(P) * mxfp4_act_cols(I));
-    fill_bf16<<<1024, 256>>>(b1.ptr, b1.n, 3);
-    fill_bf16<<<1024, 256>>>(b2.ptr, b2.n, 4);
-    fill_bf16<<<1024, 256>>>(x.ptr, x.n, 5);
-    fill_bf16<<<1024, 256>>>(a.ptr, a.n, 6);
+    mi::fill_bf16<<<mi::kFillBlocks, mi::kFillThreads>>>(b1.ptr, b1.n, 3);
+    mi::fill_bf16<<<mi::kFillBlocks, mi::kFillThreads>>>(b2.ptr, b2.n, 4);
+    mi::fill_bf16<<<mi::kFillBlocks, mi::kFillThreads>>>(x.ptr, x.n, 5);
+    mi::fill_bf16<<<mi::kFillBlocks, mi::kFillThreads>>>(a.ptr, a.n, 6);
     DeviceArray<float> t1(size_t(P) * 2 * I), y(size_t(P) * H);
     DeviceArray<int32_t> seg_d = upload(seg.data(), seg.size()), act_d = upload(active.data(), active.size()),
                          tok_d = upload(row_token.data(), row_token.size());
@@ -176,19 +143,7 @@ int main(int argc, char** argv) {
         if (cf.swiglu && !cf.epilogue) moe_swiglu_bf16(t1.ptr, rows_end.ptr, P, I, 1.702f, 7.0f, a.ptr, nullptr);
         gemm({down.ptr + down_bytes * E * c, b2.ptr, E, H, I}, a.ptr, r2, y.ptr, ks_dn);
       };
-      for (int c = 0; c < copies; ++c) layer(c);
-      OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0), cudaEventCreate(&e1);
-      const int reps = 40;
-      cudaEventRecord(e0);
-      for (int rep = 0; rep < reps; ++rep)
-        for (int c = 0; c < copies; ++c) layer(c);
-      cudaEventRecord(e1);
-      OSPREY_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      const double us = ms * 1e3 / (reps * copies);
+      const double us = mi::mean_seconds(40, copies, layer) * 1e6;
       if (&cf == &configs[0]) base_us = us;
       std::printf("| %s | %s | %d | %d | %d | %.1f | %.1f | %.2f | %.2f |\n", sh.name, cf.name,
                   ks_up, ks_dn, pr,
