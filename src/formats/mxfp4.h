@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace osprey {
@@ -82,6 +83,45 @@ constexpr uint32_t mxfp4_unpack_word(uint32_t p) {
   for (int i = 0; i < 8; ++i)
     for (int b = 0; b < 4; ++b) w |= ((p >> mxfp4_word_bit(i, b)) & 1u) << (4 * i + b);
   return w;
+}
+
+// Four E2M1 codes of a packed word (nibbles 4h .. 4h + 3 of the checkpoint's word: columns
+// 8m + 4h + q of word m) read straight from the packed bits, for a byte lookup of four values at
+// once (the GPU's PRMT): mxfp4_packed_magnitudes<h> puts code q's magnitude bits (mantissa,
+// exponent low, exponent high: 0..7) in nibble q, mxfp4_packed_signs<h> its sign on bit 8q + 7.
+// Each is a few shifts and masks fixed at compile time, where mxfp4_unpack_word moves 32 bits one
+// by one: (w >> 16h) & 0x7777 and the signs of the unpacked word w, bit for bit.
+namespace mxfp4_detail {
+// The destination bits that move by `shift` (destination minus source bit) in half h's magnitudes
+// (sign false) or signs (sign true).
+constexpr uint32_t moved_bits(int h, bool sign, int shift) {
+  uint32_t m = 0;
+  for (int q = 0; q < 4; ++q)
+    for (int b = sign ? 3 : 0; b < (sign ? 4 : 3); ++b) {
+      const int src = mxfp4_word_bit(4 * h + q, b), dst = sign ? 8 * q + 7 : 4 * q + b;
+      if (dst - src == shift) m |= 1u << dst;
+    }
+  return m;
+}
+template <int H, bool kSign, int kShift>
+constexpr uint32_t moved(uint32_t p) {
+  constexpr uint32_t m = moved_bits(H, kSign, kShift);
+  if constexpr (m == 0) return 0u;
+  else if constexpr (kShift >= 0) return (p << kShift) & m;
+  else return (p >> -kShift) & m;
+}
+template <int H, bool kSign, int... S>
+constexpr uint32_t gather(uint32_t p, std::integer_sequence<int, S...>) {
+  return (moved<H, kSign, S - 31>(p) | ...);
+}
+}  // namespace mxfp4_detail
+template <int H>
+constexpr uint32_t mxfp4_packed_magnitudes(uint32_t p) {
+  return mxfp4_detail::gather<H, false>(p, std::make_integer_sequence<int, 63>{});
+}
+template <int H>
+constexpr uint32_t mxfp4_packed_signs(uint32_t p) {
+  return mxfp4_detail::gather<H, true>(p, std::make_integer_sequence<int, 63>{});
 }
 
 // One expert's weights re-laid out for the MXFP4 GEMMs' streaming loads: tiles [N/16][KB][1088 B]

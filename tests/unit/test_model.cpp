@@ -421,6 +421,30 @@ TEST(Mxfp4Layout, PackedWordsDecodeToTheCheckpointPairs) {
   for (int bit = 0; bit < 32; ++bit) ASSERT_EQ(__builtin_popcount(mxfp4_pack_word(1u << bit)), 1) << bit;
 }
 
+// The W4A8 conversion kernel reads four codes' magnitudes and signs straight from a packed word
+// (mxfp4_packed_magnitudes/_signs), without unpacking it: the same bits as the checkpoint word's
+// nibbles 4h .. 4h + 3, their magnitude bits as PRMT selectors and their signs on bits 8q + 7.
+// Every output bit comes from one input bit, so the single-bit words cover every path; random
+// words on top.
+TEST(Mxfp4Layout, PackedWordsGiveTheCheckpointCodesForALookup) {
+  auto check = [](uint32_t p) {
+    const uint32_t w = mxfp4_unpack_word(p);
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t x = (w >> (16 * h)) & 0xFFFFu;
+      const uint32_t sel = x & 0x7777u;
+      const uint32_t sign = ((x & 0x8u) << 4) | ((x & 0x80u) << 8) | ((x & 0x800u) << 12) | ((x & 0x8000u) << 16);
+      const uint32_t got_sel = h == 0 ? mxfp4_packed_magnitudes<0>(p) : mxfp4_packed_magnitudes<1>(p);
+      const uint32_t got_sign = h == 0 ? mxfp4_packed_signs<0>(p) : mxfp4_packed_signs<1>(p);
+      ASSERT_EQ(got_sel, sel) << std::hex << "packed " << p << " half " << h;
+      ASSERT_EQ(got_sign, sign) << std::hex << "packed " << p << " half " << h;
+    }
+  };
+  for (int bit = 0; bit < 32; ++bit) check(1u << bit);
+  check(0u), check(~0u);
+  uint32_t p = 0x9E3779B9u;
+  for (int i = 0; i < 100000; ++i) check(p = p * 1664525u + 1013904223u);
+}
+
 // MXFP4 as FP8 with 1x128 scales (the W4A8 prefill's weights): every E2M1 code at every scale
 // distance d = Smax - S converts exactly while d <= 14 (code times block scale is the value); past
 // it the value rounds to E4M3's subnormal step, and from d = 19 it is a signed zero.

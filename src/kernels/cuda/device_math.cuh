@@ -33,8 +33,21 @@ __device__ inline float swiglu_clamped(float g, float u, float alpha, float limi
   return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
 }
 
+// One float4 step of every fp32 router product on the GPU: acc + (((a.x b.x + a.y b.y) + a.z b.z)
+// + a.w b.w), its roundings spelled out (a product, three fused multiply-adds, an addition), so
+// that the kernels that sum router rows in different shapes get the same bits whatever the
+// compiler would contract.
+__device__ inline float dot4_step(float acc, const float4& a, const float4& b) {
+  float p = __fmul_rn(a.x, b.x);
+  p = __fmaf_rn(a.y, b.y, p);
+  p = __fmaf_rn(a.z, b.z, p);
+  p = __fmaf_rn(a.w, b.w, p);
+  return __fadd_rn(acc, p);
+}
+
 // Warp-wide dot product of fp32 rows w and x of length K (float4 steps by lane when K % 4 == 0;
-// the order every fp32 router product on the GPU uses, so results agree bit for bit).
+// the order every fp32 router product on the GPU uses, so results agree bit for bit: lane l sums
+// the steps l, l + 32, .. in order with dot4_step, then warp_sum).
 __device__ inline float warp_dot_f32(const float* w, const float* x, int K) {
   const int lane = threadIdx.x & 31;
   float acc = 0;
@@ -42,10 +55,7 @@ __device__ inline float warp_dot_f32(const float* w, const float* x, int K) {
     const float4* w4 = reinterpret_cast<const float4*>(w);
     const float4* x4 = reinterpret_cast<const float4*>(x);
 #pragma unroll 8
-    for (int k = lane; k < K / 4; k += 32) {  // unrolled: the loads of 8 steps in flight (same order of sums)
-      const float4 a = w4[k], b = x4[k];
-      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-    }
+    for (int k = lane; k < K / 4; k += 32) acc = dot4_step(acc, w4[k], x4[k]);  // unrolled: 8 steps' loads in flight
   } else {
     for (int k = lane; k < K; k += 32) acc += w[k] * x[k];
   }

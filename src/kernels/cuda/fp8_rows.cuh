@@ -105,6 +105,49 @@ __device__ inline void quantize_row_block(const float* row, int kb, int H, uint8
   if (lane == 0) s[size_t(kb) * ld + t] = sc;
 }
 
+// quantize_row_block for N blocks at once (j < n of them: block kb[j] of row row[j], codes into
+// q[j] [H], scales s[kb[j] * ld + t[j]]), their loads, reductions and stores interleaved so that N
+// latency chains are in flight; the same operations on each block, bit for bit.
+template <int N>
+__device__ inline void quantize_row_blocks(const float* const (&row)[N], const int (&kb)[N], int n, int H,
+                                           uint8_t* const (&q)[N], float* s, int ld, const int (&t)[N]) {
+  const int lane = threadIdx.x & 31;
+  float w[N][4], amax[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    amax[j] = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = kb[j] * kB + lane * 4 + i;
+      w[j][i] = j < n && c < H ? row[j][c] : 0.0f;
+      amax[j] = fmaxf(amax[j], fabsf(w[j][i]));
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < N; ++j) amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], o));
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    if (j >= n) break;  // uniform
+    const float sc = fp8_block_scale(amax[j]);
+    const int c = kb[j] * kB + lane * 4;
+    if (H % 4 == 0 && (reinterpret_cast<uintptr_t>(q[j]) & 3) == 0) {
+      if (c < H) {
+        uint32_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) packed |= uint32_t(e4m3_code(w[j][i] / sc)) << (8 * i);
+        *reinterpret_cast<uint32_t*>(q[j] + c) = packed;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (c + i < H) q[j][c + i] = e4m3_code(w[j][i] / sc);
+    }
+    if (lane == 0) s[size_t(kb[j]) * ld + t[j]] = sc;
+  }
+}
+
 // RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
 // past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
 // codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the

@@ -262,21 +262,39 @@ __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf1
   }
 }
 
-// Thread i: group g of 128-column block kb of row n of expert e (as above): its 32 codes as E4M3
-// at the block's largest scale, in the checkpoint's column order; the block's first row's g == 0
-// thread writes the block scale. The 16 E2M1 codes of a group share one distance d, so 8
-// conversions give every magnitude.
-__global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp4AsFp8 out) {
+// The E4M3 codes of the 8 E2M1 magnitudes at scale distance d = 0 .. kMxfp4Fp8ZeroSpan, and one
+// more entry of zeros for every larger d: bytes m of row d, PRMT's two source words.
+constexpr int kFp8Distances = kMxfp4Fp8ZeroSpan + 2;
+__device__ inline void fill_fp8_magnitudes(uint8_t (*mag)[8]) {
+  for (int i = threadIdx.x; i < kFp8Distances * 8; i += blockDim.x) {
+    const int d = i / 8, m = i % 8;
+    mag[d][m] = d > kMxfp4Fp8ZeroSpan ? uint8_t(0) : e4m3_code(ldexpf(e2m1_magnitude(m), kMxfp4Fp8Shift - d));
+  }
+}
+
+// A block of kConvThreads threads converts kConvTiles tiles, in the order they lie: thread i
+// takes group g = i % 4 of row r = i / 4 % 16 of tile blockIdx.x kConvTiles + i / 64, tile
+// (e N/16 + n/16) KB + kb. Its 32 codes become E4M3 at the block's largest scale, in the
+// checkpoint's column order; the block's first row's g == 0 thread writes the block scale. The
+// 32 codes of a group share one distance d, whose 8 magnitudes the block's table holds, and are
+// looked up four at a time from the packed words' bits (mxfp4_packed_magnitudes, no unpacking).
+constexpr int kConvThreads = 256, kConvTiles = kConvThreads / 64;
+__global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg,
+                                                                     Mxfp4AsFp8 out) {
+  __shared__ __align__(8) uint8_t mag[kFp8Distances][8];
+  fill_fp8_magnitudes(mag);
   pdl_wait();
   pdl_launch_dependents();
-  const int KB = mxfp4_act_cols(W.K) / kBlk, G = W.K / kMxfp4Group;
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= size_t(W.experts) * W.N * KB * 4) return;
-  const Mxfp4Group grp(W, i, KB);
-  const int g = grp.g, kb = grp.kb, n = grp.n, e = grp.e;
+  __syncthreads();
+  const int KB = mxfp4_act_cols(W.K) / kBlk, G = W.K / kMxfp4Group, N16 = W.N / kMxfp4TileRows;
+  const int tile = int(blockIdx.x) * kConvTiles + int(threadIdx.x) / 64;
+  if (tile >= W.experts * N16 * KB) return;
+  const int g = threadIdx.x % 4, r = threadIdx.x / 4 % kMxfp4TileRows;
+  const int row16 = tile / KB, kb = tile - row16 * KB, e = row16 / N16, n = (row16 - e * N16) * kMxfp4TileRows + r;
   const int groups = min(4, G - 4 * kb);  // the block's groups K has
   if (g >= groups || (seg && __ldcg(seg + e + 1) <= __ldcg(seg + e))) return;
-  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(grp.scales());
+  const uint8_t* t = W.tiles + size_t(tile) * kMxfp4TileBytes;
+  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(t + 1024 + 4 * r);
   int smax = 0;
   if (out.block_rows == 1) {
     for (int c = 0; c < groups; ++c) smax = max(smax, int((s4 >> (8 * c)) & 0xFF));
@@ -284,30 +302,20 @@ __global__ void mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg, Mxfp
     const int NB = (W.N + out.block_rows - 1) / out.block_rows;
     smax = out.smax[(size_t(e) * NB + n / out.block_rows) * KB + kb];
   }
-  const int d = smax - int((s4 >> (8 * g)) & 0xFF);
   if (g == 0 && n % out.block_rows == 0)
     out.scales[size_t(e) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n, kb)] =
         ldexpf(1.0f, smax - 127 - kMxfp4Fp8Shift);
-  // The E4M3 codes of the 8 E2M1 magnitudes at distance d, bytes of mag[0] (0-3) and mag[1] (4-7):
-  // a PRMT then looks 4 of them up at once (a register array indexed by the code would live in
-  // local memory).
-  uint32_t mag[2] = {0u, 0u};
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const uint32_t code = d > kMxfp4Fp8ZeroSpan ? 0u : e4m3_code(ldexpf(e2m1_magnitude(m), kMxfp4Fp8Shift - d));
-    mag[m / 4] |= code << (8 * (m % 4));
-  }
-  const uint4 raw = grp.words();
+  // d >= 0: Smax is the largest of the block's scales (clamped all the same: a table index).
+  const int d = min(max(smax - int((s4 >> (8 * g)) & 0xFF), 0), kMxfp4Fp8ZeroSpan + 1);
+  const uint2 m = *reinterpret_cast<const uint2*>(mag[d]);
+  const uint4 raw = *reinterpret_cast<const uint4*>(t + r * 64 + g * 16);
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t codes[8];  // column 8w + j: nibble j of word w (the checkpoint's order)
+  uint32_t codes[8];  // column 8w + 4h + q: byte q of codes[2w + h]
 #pragma unroll
-  for (int w = 0; w < 4; ++w)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t x = (words[w] >> (16 * h)) & 0xFFFFu;  // 4 codes
-      const uint32_t sign = ((x & 0x8u) << 4) | ((x & 0x80u) << 8) | ((x & 0x800u) << 12) | ((x & 0x8000u) << 16);
-      codes[2 * w + h] = __byte_perm(mag[0], mag[1], x & 0x7777u) | sign;
-    }
+  for (int w = 0; w < 4; ++w) {
+    codes[2 * w] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<0>(words[w])) | mxfp4_packed_signs<0>(words[w]);
+    codes[2 * w + 1] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<1>(words[w])) | mxfp4_packed_signs<1>(words[w]);
+  }
   uint4* dst = reinterpret_cast<uint4*>(out.codes + (size_t(e) * W.N + n) * W.K + size_t(kb) * kBlk + 32 * g);
   dst[0] = make_uint4(codes[0], codes[1], codes[2], codes[3]);
   dst[1] = make_uint4(codes[4], codes[5], codes[6], codes[7]);
@@ -322,8 +330,10 @@ void mxfp4_experts_to_fp8(const Mxfp4ExpertsView& W, const int32_t* seg, const M
     fail_plain("mxfp4_experts_to_fp8: N must be a multiple of 16, K of 32, blocks of 1 or "
                "128 rows (128: with their Smax table) and room for the scales (got N " + std::to_string(W.N) + ", K " +
                std::to_string(W.K) + ", block rows " + std::to_string(out.block_rows) + ")");
-  const size_t n = size_t(W.experts) * W.N * (mxfp4_act_cols(W.K) / kBlk) * 4;
-  launch_pdl("dequant", mxfp4_to_fp8_kernel, unsigned((n + 255) / 256), 256, 0, st, W, seg, out);
+  const size_t tiles = size_t(W.experts) * (W.N / kMxfp4TileRows) * (mxfp4_act_cols(W.K) / kBlk);
+  if (tiles > size_t(INT32_MAX)) fail_plain("mxfp4_experts_to_fp8: more than 2^31 tiles");
+  launch_pdl("dequant", mxfp4_to_fp8_kernel, unsigned((tiles + kConvTiles - 1) / kConvTiles), kConvThreads, 0, st, W,
+             seg, out);
 }
 
 void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st) {

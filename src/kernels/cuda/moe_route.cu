@@ -1,6 +1,7 @@
 // The MoE's routing front (fp8.cuh moe_route): the MLP norm, the fp32 router logits, the top-k
 // softmax and the sort of the (token, choice) pairs by expert into the row layout every grouped
-// GEMM reads (MoeSorted), in one kernel; moe_sort for choices made elsewhere.
+// GEMM reads (MoeSorted): one kernel for decode steps and short chunks, and for prompt chunks a
+// tiled kernel and the pairs' scatter; moe_sort for choices made elsewhere.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -33,13 +34,23 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
                  VBlock::this_block(), PdlSync{});
 }
 
-// The same front for a prompt chunk: block b takes `tile` tokens. Their rows are copied to shared
-// memory together, each warp normalizes rows of its own (warp_rmsnorm_quantize_row: the sums
-// of the block-wide norm, without its barriers; out, quantized, as in moe_route_kernel), then
-// each warp holds one expert's router row in registers at a time and scores every token of the
-// tile with it, so the router weights are read once per tile instead of once per token; a warp
-// per token does the top-k, and the last block sorts. The same functions of the same values as
-// moe_route_kernel: the same bits.
+// The same front for a prompt chunk: block b takes `tile` (at most kRouteTile) tokens, the same
+// functions of the same values as moe_route_kernel, bit for bit:
+// - their rows are copied to shared memory together;
+// - the block normalizes them together: thread i sums the squares of values i + 256 j of every
+//   row in rmsnorm_quantize_row<256>'s order, the warps' sums go through its two butterflies, each
+//   thread loads its gains once for all the rows, and the warps quantize the rows' 128-column
+//   blocks (quantize_row_block);
+// - each warp takes kRouteExperts experts at a time and sums every token of the tile against them,
+//   two float4 steps of the four router rows in registers (the next two already loading) and one
+//   staged float4 of a row feeding four sums, each sum in warp_dot_f32's order (dot4_step by lane,
+//   then warp_sum): a row float4 read from shared memory serves four experts;
+// - a warp per token does the top-k;
+// - the tile's choices are counted by expert, the block reserves its place in each expert's run
+//   (counters[0, E): the runs' lengths so far, zero again when the kernel ends) and writes each
+//   pair's place in its run into pair_row; the last block lays the runs out (seg, active, the
+//   padding rows) and moe_scatter_kernel places the pairs.
+constexpr int kRouteTile = 16, kRouteExperts = 4, kRouteMaxExperts = 256;
 __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H,
                                                                         float eps, uint8_t* q, float* s, int ld,
                                                                         float* h_out, bf16* h_mxfp4,
@@ -47,7 +58,10 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
                                                                         const bf16* router_bias, int E, int k,
                                                                         int tile, float* logits, int32_t* counter,
                                                                         int32_t* idx, float* w, MoeSorted sorted) {
-  extern __shared__ float sm[];  // [tile][Hp] normalized rows, then [tile][E] logits
+  constexpr int NW = kRouteThreads / 32, PER = kRowMax / kRouteThreads;
+  extern __shared__ float sm[];  // [tile][Hp] rows, then [tile][E] logits
+  __shared__ float part[kRouteTile][NW];
+  __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
   const int Hp = (H + 3) & ~3, t0 = blockIdx.x * tile, nt = min(tile, T - t0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* rows = sm;
@@ -67,41 +81,179 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
     for (int i = threadIdx.x; i < nt * H; i += blockDim.x)
       rows[size_t(i / H) * Hp + i % H] = x[size_t(t0) * H + i];
   }
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
-  for (int i = warp; i < nt; i += kRouteThreads / 32) {
-    const int t = t0 + i;
-    warp_rmsnorm_quantize_row<kRouteThreads>(rows + size_t(i) * Hp, gain, H, eps, q + size_t(t) * H, s, ld, t,
-                                             h_out ? h_out + size_t(t) * H : nullptr);
-    if (h_mxfp4) store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t) * mxfp4_act_cols(H), lane, 32);
+  // The norms: rmsnorm_quantize_row<kRouteThreads>'s sums for every row at once.
+  for (int i = 0; i < nt; ++i) {
+    float ss = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int c = threadIdx.x + j * kRouteThreads;
+      const float v = c < H ? rows[size_t(i) * Hp + c] : 0.0f;
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) part[i][warp] = ss;
   }
   __syncthreads();
-  for (int e = warp; e < E; e += kRouteThreads / 32) {
-    float4 wr[kRouterW4];
-    load_router_row(router, e, E, H, wr);
-    const float bias = __bfloat162float(router_bias[e]);
-    // Two tokens at a time (independent sums in flight), each summed as router_logit sums it.
-    int i = 0;
-    for (; i + 1 < nt; i += 2) {
-      const float* const pair[2] = {rows + size_t(i) * Hp, rows + size_t(i + 1) * Hp};
-      float l[2];
-      router_logits<2>(wr, router, e, pair, H, l);
-      if (lane == 0)
-        for (int n = 0; n < 2; ++n) {
-          const float v = l[n] + bias;
-          lg[(i + n) * E + e] = v, logits[size_t(t0 + i + n) * E + e] = v;
+  for (int i = warp; i < nt; i += NW) {
+    const float p = warp_sum(lane < NW ? part[i][lane] : 0.0f);
+    if (lane == 0) part[i][0] = p;
+  }
+  __syncthreads();
+  {
+    float gv[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int c = threadIdx.x + j * kRouteThreads;
+      gv[j] = c < H ? __bfloat162float(gain[c]) : 0.0f;
+    }
+    for (int i = 0; i < nt; ++i) {
+      const float r = rsqrtf(part[i][0] / H + eps);
+      float* row = rows + size_t(i) * Hp;
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const int c = threadIdx.x + j * kRouteThreads;
+        if (c < H) {
+          const float n = gv[j] * (row[c] * r);
+          row[c] = n;
+          if (h_out) h_out[size_t(t0 + i) * H + c] = n;
         }
-    }
-    for (; i < nt; ++i) {
-      const float l = router_logit(wr, router, e, rows + size_t(i) * Hp, H) + bias;
-      if (lane == 0) lg[i * E + e] = l, logits[size_t(t0 + i) * E + e] = l;
+      }
     }
   }
   __syncthreads();
-  for (int i = warp; i < nt; i += kRouteThreads / 32)
+  // The quantization: the tile's (row, block) pairs over the warps, four at a time a warp.
+  const int KB = (H + kB - 1) / kB;
+  constexpr int QB = 4;
+  for (int j0 = warp * QB; q && j0 < nt * KB; j0 += NW * QB) {
+    const float* rp[QB];
+    int kbs[QB], ts[QB];
+    uint8_t* qp[QB];
+#pragma unroll
+    for (int u = 0; u < QB; ++u) {
+      const int j = min(j0 + u, nt * KB - 1), i = j / KB;
+      rp[u] = rows + size_t(i) * Hp, kbs[u] = j % KB, ts[u] = t0 + i, qp[u] = q + size_t(t0 + i) * H;
+    }
+    quantize_row_blocks<QB>(rp, kbs, min(QB, nt * KB - j0), H, qp, s, ld, ts);
+  }
+  if (h_mxfp4)
+    for (int i = warp; i < nt; i += NW)
+      store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t0 + i) * mxfp4_act_cols(H), lane, 32);
+  // The router: kRouteExperts experts a warp at a time against every token of the tile.
+  for (int e0 = warp * kRouteExperts; e0 < E; e0 += NW * kRouteExperts) {
+    float acc[kRouteTile][kRouteExperts];
+#pragma unroll
+    for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+      for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = 0.0f;
+    if (H % 4 == 0) {
+      const int H4 = H / 4;
+      const float4* w4 = reinterpret_cast<const float4*>(router);
+      // Two float4 steps (j, j + 1: columns 4 (lane + 32 j)) of the four rows, the next two loading.
+      auto load = [&](int j, float4 (&wv)[kRouteExperts][2]) {
+#pragma unroll
+        for (int e = 0; e < kRouteExperts; ++e)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int c = lane + 32 * (j + u);
+            wv[e][u] = e0 + e < E && c < H4 ? __ldg(w4 + size_t(e0 + e) * H4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+      };
+      float4 cur[kRouteExperts][2], nxt[kRouteExperts][2];
+      load(0, cur);
+      const int steps = (H4 + 31) / 32;  // float4 steps of lane 0
+      for (int j = 0; j < steps; j += 2) {
+        if (j + 2 < steps) load(j + 2, nxt);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c = lane + 32 * (j + u);
+          if (j + u < steps && c < H4) {
+#pragma unroll
+            for (int t = 0; t < kRouteTile; ++t) {
+              if (t >= nt) break;  // uniform
+              const float4 b = reinterpret_cast<const float4*>(rows + size_t(t) * Hp)[c];
+#pragma unroll
+              for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = dot4_step(acc[t][e], cur[e][u], b);
+            }
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < kRouteExperts; ++e) cur[e][0] = nxt[e][0], cur[e][1] = nxt[e][1];
+      }
+#pragma unroll
+      for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+        for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = warp_sum(acc[t][e]);
+    } else {
+#pragma unroll
+      for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+        for (int e = 0; e < kRouteExperts; ++e)
+          if (t < nt && e0 + e < E) acc[t][e] = warp_dot_f32(router + size_t(e0 + e) * H, rows + size_t(t) * Hp, H);
+    }
+    // (Unrolled, so that acc stays in registers.)
+#pragma unroll
+    for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+      for (int e = 0; e < kRouteExperts; ++e)
+        if (lane == 0 && t < nt && e0 + e < E) {
+          const float v = acc[t][e] + __bfloat162float(router_bias[e0 + e]);
+          lg[t * E + e0 + e] = v, logits[size_t(t0 + t) * E + e0 + e] = v;
+        }
+  }
+  __syncthreads();
+  for (int i = warp; i < nt; i += NW)
     warp_topk_softmax(lg + i * E, E, k, idx + size_t(t0 + i) * k, w + size_t(t0 + i) * k);
+  __syncthreads();  // idx, written by lane 0 of each warp, visible to the block
+  // The tile's pairs: their rank among the tile's pairs of their expert, then the block's place in
+  // each expert's run; pair_row holds the pair's place in its expert's run until moe_scatter_kernel.
+  const int np = nt * k;  // at most kRouteTile * 16 = kRouteThreads
+  int ep = -1, rank = 0;
+  if (int(threadIdx.x) < np) {
+    ep = idx[size_t(t0) * k + threadIdx.x];
+    rank = atomicAdd(&cnt[ep], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    if (cnt[e]) base[e] = atomicAdd(counter + e, cnt[e]);
+  __syncthreads();
+  if (ep >= 0) sorted.pair_row[size_t(t0) * k + threadIdx.x] = base[ep] + rank;
   if (!last_block_to_arrive(counter + T, int(gridDim.x))) return;
-  moe_sort_block(idx, T * k, k, E, sorted.seg, sorted.row_token, sorted.pair_row, sorted.active,
-                 reinterpret_cast<int*>(sm));
+  // The last block: each expert's run padded to a multiple of 4, the active experts, the padding
+  // rows (-1); the run lengths back to zero for the next use.
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    cnt[e] = __ldcg(counter + e);
+    counter[e] = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int b = 0, na = 0;
+    for (int e = 0; e < E; ++e) {
+      base[e] = b;
+      sorted.seg[e] = b;
+      b += round4(cnt[e]);
+      if (cnt[e]) sorted.active[na++] = e;
+    }
+    sorted.seg[E] = b;
+    for (; na < min(E, T * k); ++na) sorted.active[na] = -1;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int r = base[e] + cnt[e]; r < round4(cnt[e]) + base[e]; ++r) sorted.row_token[r] = -1;
+}
+
+// The pairs of a prompt chunk in their experts' runs (after moe_route_tiled_kernel): pair p's row is
+// its run's start plus its place in the run (what pair_row holds until now).
+__global__ void moe_scatter_kernel(const int32_t* idx, int P, int k, const int32_t* seg, int32_t* row_token,
+                                   int32_t* pair_row) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= P) return;
+  const int r = __ldcg(seg + __ldcg(idx + p)) + __ldcg(pair_row + p);
+  pair_row[p] = r;
+  row_token[r] = p / k;
 }
 
 // Counting sort of (token, choice) pairs by expert; each expert's run padded to a multiple of 4.
@@ -123,12 +275,13 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
   check_row(H, "moe_route");
   const size_t Hp = size_t((H + 3) & ~3);
   if (T > kRouteTiledAbove) {
+    if (E > kRouteMaxExperts) fail_plain("moe_route: prompt chunks route over at most 256 experts (got " + std::to_string(E) + ")");
     // Prompt chunks: tiles of up to 16 tokens (as many as about 200 KB of shared memory holds), and
     // no larger than gives every SM two blocks of the grid.
     constexpr size_t kSmem = 200 * 1024;
-    const int fits = int(std::clamp<size_t>((kSmem / sizeof(float) - 3 * E - 1) / (Hp + E), 1, 16));
+    const int fits = int(std::clamp<size_t>(kSmem / sizeof(float) / (Hp + E), 1, kRouteTile));
     const int tile = std::clamp(T / (2 * sm_count()), 1, fits);
-    const size_t smem = std::max((Hp + E) * tile, size_t(3 * E + 1)) * sizeof(float);
+    const size_t smem = (Hp + E) * tile * sizeof(float);
     static const bool attr = [&] {
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(kSmem + 16 * 1024)));
@@ -137,6 +290,8 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
     (void)attr;
     launch_pdl("route", moe_route_tiled_kernel, unsigned((T + tile - 1) / tile), kRouteThreads, smem, st, x, gain, T,
                H, eps, q, s, ld, h_out, h_mxfp4, router, router_bias, E, k, tile, logits, counters, idx, w, sorted);
+    launch_pdl("sort", moe_scatter_kernel, unsigned((T * k + 255) / 256), 256, 0, st, idx, T * k, k, sorted.seg,
+               sorted.row_token, sorted.pair_row);
     return;
   }
   const size_t smem = std::max(Hp + E, size_t(3 * E + 1)) * sizeof(float);

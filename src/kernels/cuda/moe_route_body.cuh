@@ -92,12 +92,8 @@ __device__ inline void router_logits(const float4 (&wr)[kRouterW4], const float*
   for (int j = 0; j < kRouterW4; ++j) {
     const int i = lane + 32 * j;
     if (i < H / 4) {
-      const float4 a = wr[j];
 #pragma unroll
-      for (int n = 0; n < N; ++n) {
-        const float4 b = reinterpret_cast<const float4*>(rows[n])[i];
-        acc[n] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-      }
+      for (int n = 0; n < N; ++n) acc[n] = dot4_step(acc[n], wr[j], reinterpret_cast<const float4*>(rows[n])[i]);
     }
   }
 #pragma unroll
