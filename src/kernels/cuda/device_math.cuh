@@ -33,16 +33,14 @@ __device__ inline float swiglu_clamped(float g, float u, float alpha, float limi
   return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
 }
 
-// One float4 step of every fp32 router product on the GPU: acc + (((a.x b.x + a.y b.y) + a.z b.z)
-// + a.w b.w), its roundings spelled out (a product, three fused multiply-adds, an addition), so
-// that the kernels that sum router rows in different shapes get the same bits whatever the
-// compiler would contract.
+// One float4 step of every fp32 router product on the GPU: four fused multiply-adds into acc (x,
+// y, z, w), spelled out so that the kernels that sum router rows in different shapes get the same
+// bits whatever the compiler would contract.
 __device__ inline float dot4_step(float acc, const float4& a, const float4& b) {
-  float p = __fmul_rn(a.x, b.x);
-  p = __fmaf_rn(a.y, b.y, p);
-  p = __fmaf_rn(a.z, b.z, p);
-  p = __fmaf_rn(a.w, b.w, p);
-  return __fadd_rn(acc, p);
+  acc = __fmaf_rn(a.x, b.x, acc);
+  acc = __fmaf_rn(a.y, b.y, acc);
+  acc = __fmaf_rn(a.z, b.z, acc);
+  return __fmaf_rn(a.w, b.w, acc);
 }
 
 // Warp-wide dot product of fp32 rows w and x of length K (float4 steps by lane when K % 4 == 0;

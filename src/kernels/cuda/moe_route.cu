@@ -41,16 +41,63 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
 //   row in rmsnorm_quantize_row<256>'s order, the warps' sums go through its two butterflies, each
 //   thread loads its gains once for all the rows, and the warps quantize the rows' 128-column
 //   blocks (quantize_row_block);
-// - each warp takes kRouteExperts experts at a time and sums every token of the tile against them,
-//   two float4 steps of the four router rows in registers (the next two already loading) and one
-//   staged float4 of a row feeding four sums, each sum in warp_dot_f32's order (dot4_step by lane,
-//   then warp_sum): a row float4 read from shared memory serves four experts;
+// - each warp takes kRouteExperts experts at a time and sums every token of the tile against them
+//   (router_tile): a row float4 read from shared memory serves four experts;
 // - a warp per token does the top-k;
 // - the tile's choices are counted by expert, the block reserves its place in each expert's run
 //   (counters[0, E): the runs' lengths so far, zero again when the kernel ends) and writes each
 //   pair's place in its run into pair_row; the last block lays the runs out (seg, active, the
 //   padding rows) and moe_scatter_kernel places the pairs.
 constexpr int kRouteTile = 16, kRouteExperts = 4, kRouteMaxExperts = 256;
+
+// One warp's router sums of kRouteExperts experts from e0 (zero past E) against the tile's nt
+// normalized rows (shared memory, row stride Hp; kFull: nt == kRouteTile), each in warp_dot_f32's
+// order: lane l takes the float4 steps c = l + 32 j in order with dot4_step, then warp_sum. One
+// staged row float4 feeds the four experts' sums. The router's float4s of step j sit in one of
+// three register buffers, loaded two steps ahead (the buffers rotate by unrolling, no copies).
+template <bool kFull>
+__device__ inline void router_tile(const float* rows, int Hp, int nt, const float* router, int H, int E, int e0,
+                                   float (&acc)[kRouteTile][kRouteExperts]) {
+  const int lane = threadIdx.x & 31, H4 = H / 4, Hp4 = Hp / 4, steps = (H4 + 31) / 32;
+  const float4* w4 = reinterpret_cast<const float4*>(router);
+  const float4* r4 = reinterpret_cast<const float4*>(rows);
+#pragma unroll
+  for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = 0.0f;
+  auto load = [&](int j, float4 (&w)[kRouteExperts]) {
+    const int c = lane + 32 * j;
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e)
+      w[e] = j < steps && c < H4 && e0 + e < E ? __ldg(w4 + size_t(e0 + e) * H4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  auto step = [&](int j, const float4 (&w)[kRouteExperts]) {
+    const int c = lane + 32 * j;
+    if (j >= steps || c >= H4) return;  // the last step: the lanes past H4
+#pragma unroll
+    for (int t = 0; t < kRouteTile; ++t) {
+      if (!kFull && t >= nt) break;  // uniform
+      const float4 b = r4[t * Hp4 + c];
+#pragma unroll
+      for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = dot4_step(acc[t][e], w[e], b);
+    }
+  };
+  float4 w0[kRouteExperts], w1[kRouteExperts], w2[kRouteExperts];
+  load(0, w0);
+  load(1, w1);
+  for (int j = 0; j < steps; j += 3) {
+    load(j + 2, w2);
+    step(j, w0);
+    load(j + 3, w0);
+    step(j + 1, w1);
+    load(j + 4, w1);
+    step(j + 2, w2);
+  }
+#pragma unroll
+  for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = warp_sum(acc[t][e]);
+}
 __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H,
                                                                         float eps, uint8_t* q, float* s, int ld,
                                                                         float* h_out, bf16* h_mxfp4,
@@ -143,54 +190,15 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
   // The router: kRouteExperts experts a warp at a time against every token of the tile.
   for (int e0 = warp * kRouteExperts; e0 < E; e0 += NW * kRouteExperts) {
     float acc[kRouteTile][kRouteExperts];
-#pragma unroll
-    for (int t = 0; t < kRouteTile; ++t)
-#pragma unroll
-      for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = 0.0f;
     if (H % 4 == 0) {
-      const int H4 = H / 4;
-      const float4* w4 = reinterpret_cast<const float4*>(router);
-      // Two float4 steps (j, j + 1: columns 4 (lane + 32 j)) of the four rows, the next two loading.
-      auto load = [&](int j, float4 (&wv)[kRouteExperts][2]) {
-#pragma unroll
-        for (int e = 0; e < kRouteExperts; ++e)
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int c = lane + 32 * (j + u);
-            wv[e][u] = e0 + e < E && c < H4 ? __ldg(w4 + size_t(e0 + e) * H4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-      };
-      float4 cur[kRouteExperts][2], nxt[kRouteExperts][2];
-      load(0, cur);
-      const int steps = (H4 + 31) / 32;  // float4 steps of lane 0
-      for (int j = 0; j < steps; j += 2) {
-        if (j + 2 < steps) load(j + 2, nxt);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int c = lane + 32 * (j + u);
-          if (j + u < steps && c < H4) {
-#pragma unroll
-            for (int t = 0; t < kRouteTile; ++t) {
-              if (t >= nt) break;  // uniform
-              const float4 b = reinterpret_cast<const float4*>(rows + size_t(t) * Hp)[c];
-#pragma unroll
-              for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = dot4_step(acc[t][e], cur[e][u], b);
-            }
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < kRouteExperts; ++e) cur[e][0] = nxt[e][0], cur[e][1] = nxt[e][1];
-      }
-#pragma unroll
-      for (int t = 0; t < kRouteTile; ++t)
-#pragma unroll
-        for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = warp_sum(acc[t][e]);
+      if (nt == kRouteTile) router_tile<true>(rows, Hp, nt, router, H, E, e0, acc);
+      else router_tile<false>(rows, Hp, nt, router, H, E, e0, acc);
     } else {
 #pragma unroll
       for (int t = 0; t < kRouteTile; ++t)
 #pragma unroll
         for (int e = 0; e < kRouteExperts; ++e)
-          if (t < nt && e0 + e < E) acc[t][e] = warp_dot_f32(router + size_t(e0 + e) * H, rows + size_t(t) * Hp, H);
+          acc[t][e] = t < nt && e0 + e < E ? warp_dot_f32(router + size_t(e0 + e) * H, rows + size_t(t) * Hp, H) : 0.0f;
     }
     // (Unrolled, so that acc stays in registers.)
 #pragma unroll
