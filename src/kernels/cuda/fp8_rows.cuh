@@ -193,42 +193,6 @@ __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS],
   __syncthreads();
 }
 
-// One warp's rmsnorm_quantize_row<THREADS> of row t, the same bits as a block of THREADS threads
-// computes: lane l sums the squares virtual thread l + 32 w would hold (w < THREADS / 32) in that
-// thread's order, each virtual warp's sum goes through the same butterfly, and the THREADS / 32
-// sums through the one the block's warp 0 does. row (shared, H floats) holds the raw row on entry
-// and the normalized one on return (as h_out, when given); codes q [H] and scales s[kb * ld + t].
-// Warp-synchronous: several warps normalize several rows at once, without block barriers.
-template <int THREADS>
-__device__ inline void warp_rmsnorm_quantize_row(float* row, const bf16* gain, int H, float eps, uint8_t* q, float* s,
-                                                 int ld, int t, float* h_out) {
-  constexpr int PER = kRowMax / THREADS, NW = THREADS / 32;
-  const int lane = threadIdx.x & 31;
-  float mine = 0.0f;
-#pragma unroll
-  for (int w = 0; w < NW; ++w) {
-    float ss = 0;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int i = lane + 32 * w + j * THREADS;
-      const float v = i < H ? row[i] : 0.0f;
-      ss += v * v;
-    }
-    ss = warp_sum(ss);
-    if (lane == w) mine = ss;
-  }
-  const float r = rsqrtf(warp_sum(lane < NW ? mine : 0.0f) / H + eps);
-  __syncwarp();
-  for (int i = lane; i < H; i += 32) {
-    const float n = __bfloat162float(gain[i]) * (row[i] * r);
-    row[i] = n;
-    if (h_out) h_out[i] = n;
-  }
-  __syncwarp();
-  const int KB = (H + kB - 1) / kB;
-  for (int kb = 0; q && kb < KB; ++kb) quantize_row_block(row, kb, H, q, s, ld, t);
-}
-
 template <int THREADS>
 __device__ inline void load_row(const float* xt, int H, float (&v)[kRowMax / THREADS]) {
 #pragma unroll

@@ -26,89 +26,150 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
                                      PdlSync{});
 }
 
-// The same for prompt chunks: a warp per token (8 a block), no block barriers. The combine's
-// values are computed as the block kernel computes them (elementwise, the same expression), then
-// warp_rmsnorm_quantize_row<kRowThreads> gives the block kernel's norm sums, bit for bit. KT: the
-// choices per token when fixed at compile time (4, gpt-oss), 0 for k from the argument; a lane
-// loads kChunks 16-byte pieces of every choice's row before it sums any (memory-level
-// parallelism: the loop's stores would otherwise hold the next loads back).
-constexpr int kCombineRowWarps = 8, kChunks = 2;
+// The same for prompt chunks: a block of kCombineThreads takes kCombineTile tokens, the block
+// kernel's bits (moe_combine_norm_body<kRowThreads>):
+// - the combine, a token at a time by the whole block: a thread loads its float4s of the residual
+//   row and of every choice's row at once (one round trip a token), adds them as the block kernel
+//   does (elementwise, the same expression) and writes x and the tile's row in shared memory;
+// - the norms of the tile's rows: thread i sums for virtual threads i + 256 u (u < 4) of the
+//   1,024-thread block norm their values in that thread's order, each virtual warp's sum goes
+//   through the same butterfly, the 32 sums through the block's last one; each thread loads its
+//   gains once for the tile;
+// - the 1x128 quantization, four (row, block) pairs a warp at a time (quantize_row_blocks).
+// KT: the choices per token when fixed at compile time (4, gpt-oss), 0 for k from the argument.
+constexpr int kCombineTile = 8, kCombineThreads = 256;
 template <int KT>
-__global__ void __launch_bounds__(32 * kCombineRowWarps) moe_combine_norm_rows_kernel(
+__global__ void __launch_bounds__(kCombineThreads) moe_combine_norm_rows_kernel(
     float* __restrict__ x, const float* __restrict__ y, const int32_t* pair_row, const float* w, const int32_t* idx,
     const bf16* b2, int T, int k_arg, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld, float* h_out) {
-  constexpr int KM = KT > 0 ? KT : kMaxTopK;
+  constexpr int KM = KT > 0 ? KT : kMaxTopK, NW = kCombineThreads / 32, VT = kRowThreads / kCombineThreads;
+  constexpr int VPER = kRowMax / kRowThreads, PER = kRowMax / kCombineThreads, C4 = PER / 4;
   const int k = KT > 0 ? KT : k_arg;
-  extern __shared__ float sm[];  // [kCombineRowWarps][Hp]
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.x * kCombineRowWarps + warp;
-  const int Hp = (H + 3) & ~3;
-  float* row = sm + size_t(warp) * Hp;
+  extern __shared__ float sm[];  // [kCombineTile][Hp]
+  __shared__ float part[kCombineTile][kRowThreads / 32];
+  __shared__ int rows[kCombineTile][KM];
+  __shared__ float wt[kCombineTile][KM];
+  __shared__ int ex[kCombineTile][KM];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t0 = blockIdx.x * kCombineTile;
+  const int nt = min(kCombineTile, T - t0), Hp = (H + 3) & ~3;
   pdl_wait();
   pdl_launch_dependents();
-  if (t >= T) return;
-  int rows[KM];
-  float wt[KM];
-  const bf16* br[KM];
-#pragma unroll
-  for (int c = 0; c < KM; ++c) {
-    rows[c] = c < k ? __ldcg(pair_row + t * k + c) : 0;
-    wt[c] = c < k ? __ldcg(w + t * k + c) : 0.0f;
-    br[c] = c < k && b2 ? b2 + size_t(__ldcg(idx + t * k + c)) * H : nullptr;
+  if (int(threadIdx.x) < nt * k) {
+    const int tt = threadIdx.x / k, c = threadIdx.x % k, p = (t0 + tt) * k + c;
+    rows[tt][c] = __ldcg(pair_row + p);
+    wt[tt][c] = __ldcg(w + p);
+    ex[tt][c] = __ldcg(idx + p);
   }
-  float* xt = x + size_t(t) * H;
-  if (H % 4 == 0) {
-    const int n4 = H / 4;
-    for (int base = lane; base < n4; base += 32 * kChunks) {
-      float4 yv[kChunks][KM], xv[kChunks];
+  __syncthreads();
+  for (int tt = 0; tt < nt; ++tt) {
+    float* xt = x + size_t(t0 + tt) * H;
+    float* row = sm + size_t(tt) * Hp;
+    if (H % 4 == 0) {
+      const int n4 = H / 4;
+      float4 xv[C4], yv[C4][KM];
 #pragma unroll
-      for (int u = 0; u < kChunks; ++u) {
-        const int i4 = base + 32 * u;
+      for (int u = 0; u < C4; ++u) {
+        const int i4 = threadIdx.x + kCombineThreads * u;
         if (i4 >= n4) continue;
         xv[u] = __ldcg(reinterpret_cast<const float4*>(xt) + i4);
 #pragma unroll
         for (int c = 0; c < KM; ++c)
-          if (c < k) yv[u][c] = __ldcg(reinterpret_cast<const float4*>(y + size_t(rows[c]) * H) + i4);
+          if (c < k) yv[u][c] = __ldcg(reinterpret_cast<const float4*>(y + size_t(rows[tt][c]) * H) + i4);
       }
 #pragma unroll
-      for (int u = 0; u < kChunks; ++u) {
-        const int i4 = base + 32 * u;
+      for (int u = 0; u < C4; ++u) {
+        const int i4 = threadIdx.x + kCombineThreads * u;
         if (i4 >= n4) continue;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int c = 0; c < KM; ++c) {
           if (c >= k) break;
           float4 v = yv[u][c];
-          if (br[c]) {
-            const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(br[c] + 4 * i4);
+          if (b2) {
+            const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(b2 + size_t(ex[tt][c]) * H + 4 * i4);
             const __nv_bfloat162 b01 = b[0], b23 = b[1];
             v.x += __low2float(b01), v.y += __high2float(b01), v.z += __low2float(b23), v.w += __high2float(b23);
           }
-          acc.x += wt[c] * v.x, acc.y += wt[c] * v.y, acc.z += wt[c] * v.z, acc.w += wt[c] * v.w;
+          const float wc = wt[tt][c];
+          acc.x += wc * v.x, acc.y += wc * v.y, acc.z += wc * v.z, acc.w += wc * v.w;
         }
         float4 o = xv[u];
         o.x = o.x + acc.x, o.y = o.y + acc.y, o.z = o.z + acc.z, o.w = o.w + acc.w;
         reinterpret_cast<float4*>(xt)[i4] = o;
         reinterpret_cast<float4*>(row)[i4] = o;
       }
-    }
-  } else {
-    for (int i = lane; i < H; i += 32) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int c = 0; c < KM; ++c) {
-        if (c >= k) break;
-        float yv = __ldcg(y + size_t(rows[c]) * H + i);
-        if (br[c]) yv += __bfloat162float(br[c][i]);
-        acc += wt[c] * yv;
+    } else {
+      for (int i = threadIdx.x; i < H; i += kCombineThreads) {
+        float acc = 0.0f;
+        for (int c = 0; c < k; ++c) {
+          float yv = __ldcg(y + size_t(rows[tt][c]) * H + i);
+          if (b2) yv += __bfloat162float(b2[size_t(ex[tt][c]) * H + i]);
+          acc += wt[tt][c] * yv;
+        }
+        const float v = __ldcg(xt + i) + acc;
+        xt[i] = v;
+        row[i] = v;
       }
-      const float v = __ldcg(xt + i) + acc;
-      xt[i] = v;
-      row[i] = v;
     }
   }
-  __syncwarp();
-  warp_rmsnorm_quantize_row<kRowThreads>(row, gain, H, eps, q + size_t(t) * H, s, ld, t,
-                                         h_out ? h_out + size_t(t) * H : nullptr);
+  __syncthreads();
+  // The norm sums of rmsnorm_quantize_row<kRowThreads>: virtual thread i + 256 u, virtual warp warp + 8 u.
+  for (int tt = 0; tt < nt; ++tt) {
+    const float* row = sm + size_t(tt) * Hp;
+#pragma unroll
+    for (int u = 0; u < VT; ++u) {
+      float ss = 0;
+#pragma unroll
+      for (int j = 0; j < VPER; ++j) {
+        const int c = threadIdx.x + kCombineThreads * u + j * kRowThreads;
+        const float v = c < H ? row[c] : 0.0f;
+        ss += v * v;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) part[tt][warp + NW * u] = ss;
+    }
+  }
+  __syncthreads();
+  for (int tt = warp; tt < nt; tt += NW) {
+    const float p = warp_sum(part[tt][lane]);  // kRowThreads / 32 == 32 virtual warps
+    if (lane == 0) part[tt][0] = p;
+  }
+  __syncthreads();
+  {
+    float gv[PER];
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+      const int c = threadIdx.x + m * kCombineThreads;
+      gv[m] = c < H ? __bfloat162float(gain[c]) : 0.0f;
+    }
+    for (int tt = 0; tt < nt; ++tt) {
+      const float r = rsqrtf(part[tt][0] / H + eps);
+      float* row = sm + size_t(tt) * Hp;
+#pragma unroll
+      for (int m = 0; m < PER; ++m) {
+        const int c = threadIdx.x + m * kCombineThreads;
+        if (c < H) {
+          const float n = gv[m] * (row[c] * r);
+          row[c] = n;
+          if (h_out) h_out[size_t(t0 + tt) * H + c] = n;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const int KB = (H + kB - 1) / kB;
+  constexpr int QB = 4;
+  for (int j0 = warp * QB; j0 < nt * KB; j0 += NW * QB) {
+    const float* rp[QB];
+    int kbs[QB], ts[QB];
+    uint8_t* qp[QB];
+#pragma unroll
+    for (int u = 0; u < QB; ++u) {
+      const int j = min(j0 + u, nt * KB - 1), tt = j / KB;
+      rp[u] = sm + size_t(tt) * Hp, kbs[u] = j % KB, ts[u] = t0 + tt, qp[u] = q + size_t(t0 + tt) * H;
+    }
+    quantize_row_blocks<QB>(rp, kbs, min(QB, nt * KB - j0), H, qp, s, ld, ts);
+  }
 }
 
 // A warp per (row, 128-column block of I): clamped SwiGLU of the row's interleaved (gate, up)
@@ -163,7 +224,7 @@ __global__ void moe_swiglu_quant_rows_kernel(const float* __restrict__ t, const 
 constexpr int kSwigluRowsAbove = 2048;
 
 // Up to this many tokens (decode buckets), the block kernel, which reads the residual rows before
-// its PDL wait; above, prompt chunks take the warp-per-token kernel (the same bits).
+// its PDL wait; above, prompt chunks take the tiled kernel (the same bits).
 constexpr int kCombineRowsAbove = 256;
 
 void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx,
@@ -173,17 +234,17 @@ void moe_combine_norm(float* x, const float* y, const int32_t* pair_row, const f
   check_row(H, "moe_combine_norm");
   if (k > kMaxTopK) fail_plain("moe_combine_norm: at most " + std::to_string(kMaxTopK) + " experts per token");
   if (T > kCombineRowsAbove) {
-    const size_t smem = size_t(kCombineRowWarps) * ((H + 3) & ~3) * sizeof(float);
+    const size_t smem = size_t(kCombineTile) * ((H + 3) & ~3) * sizeof(float);
     auto* kernel = k == 4 ? moe_combine_norm_rows_kernel<4> : moe_combine_norm_rows_kernel<0>;
     static const bool attr = [] {
       for (auto* f : {moe_combine_norm_rows_kernel<4>, moe_combine_norm_rows_kernel<0>})
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(kCombineRowWarps * kRowMax * sizeof(float))));
+                                               int(kCombineTile * kRowMax * sizeof(float))));
       return true;
     }();
     (void)attr;
-    launch_pdl("norm", kernel, unsigned((T + kCombineRowWarps - 1) / kCombineRowWarps), 32 * kCombineRowWarps, smem, st,
-               x, y, pair_row, w, idx, b2, T, k, H, gain, eps, q, s, ld, h_out);
+    launch_pdl("norm", kernel, unsigned((T + kCombineTile - 1) / kCombineTile), kCombineThreads, smem, st, x, y,
+               pair_row, w, idx, b2, T, k, H, gain, eps, q, s, ld, h_out);
     return;
   }
   launch_pdl("norm", moe_combine_norm_kernel, T, kRowThreads, H * sizeof(float), st, x, y, pair_row, w, idx, b2, k, H, gain,

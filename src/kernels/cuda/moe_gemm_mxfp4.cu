@@ -272,13 +272,15 @@ __device__ inline void fill_fp8_magnitudes(uint8_t (*mag)[8]) {
   }
 }
 
-// A block of kConvThreads threads converts kConvTiles tiles, in the order they lie: thread i
-// takes group g = i % 4 of row r = i / 4 % 16 of tile blockIdx.x kConvTiles + i / 64, tile
-// (e N/16 + n/16) KB + kb. Its 32 codes become E4M3 at the block's largest scale, in the
-// checkpoint's column order; the block's first row's g == 0 thread writes the block scale. The
-// 32 codes of a group share one distance d, whose 8 magnitudes the block's table holds, and are
-// looked up four at a time from the packed words' bits (mxfp4_packed_magnitudes, no unpacking).
-constexpr int kConvThreads = 256, kConvTiles = kConvThreads / 64;
+// A block of kConvThreads threads converts kConvItems x kConvTiles tiles, in the order they lie:
+// thread i takes group g = i % 4 of row r = i / 4 % 16 of tiles (blockIdx.x kConvItems + u)
+// kConvTiles + i / 64 for u < kConvItems, tile (e N/16 + n/16) KB + kb, all their loads issued
+// before any is used (more bytes in flight). A group's 32 codes become E4M3 at the block's largest
+// scale, in the checkpoint's column order; the block's first row's g == 0 thread writes the block
+// scale. The 32 codes of a group share one distance d, whose 8 magnitudes the block's table holds,
+// and are looked up four at a time from the packed words' bits (mxfp4_packed_magnitudes, no
+// unpacking).
+constexpr int kConvThreads = 256, kConvTiles = kConvThreads / 64, kConvItems = 2;
 __global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4ExpertsView W, const int32_t* seg,
                                                                      Mxfp4AsFp8 out) {
   __shared__ __align__(8) uint8_t mag[kFp8Distances][8];
@@ -287,38 +289,50 @@ __global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4Experts
   pdl_launch_dependents();
   __syncthreads();
   const int KB = mxfp4_act_cols(W.K) / kBlk, G = W.K / kMxfp4Group, N16 = W.N / kMxfp4TileRows;
-  const int tile = int(blockIdx.x) * kConvTiles + int(threadIdx.x) / 64;
-  if (tile >= W.experts * N16 * KB) return;
+  const int tiles = W.experts * N16 * KB;
   const int g = threadIdx.x % 4, r = threadIdx.x / 4 % kMxfp4TileRows;
-  const int row16 = tile / KB, kb = tile - row16 * KB, e = row16 / N16, n = (row16 - e * N16) * kMxfp4TileRows + r;
-  const int groups = min(4, G - 4 * kb);  // the block's groups K has
-  if (g >= groups || (seg && __ldcg(seg + e + 1) <= __ldcg(seg + e))) return;
-  const uint8_t* t = W.tiles + size_t(tile) * kMxfp4TileBytes;
-  const uint32_t s4 = *reinterpret_cast<const uint32_t*>(t + 1024 + 4 * r);
-  int smax = 0;
-  if (out.block_rows == 1) {
-    for (int c = 0; c < groups; ++c) smax = max(smax, int((s4 >> (8 * c)) & 0xFF));
-  } else {
-    const int NB = (W.N + out.block_rows - 1) / out.block_rows;
-    smax = out.smax[(size_t(e) * NB + n / out.block_rows) * KB + kb];
-  }
-  if (g == 0 && n % out.block_rows == 0)
-    out.scales[size_t(e) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n, kb)] =
-        ldexpf(1.0f, smax - 127 - kMxfp4Fp8Shift);
-  // d >= 0: Smax is the largest of the block's scales (clamped all the same: a table index).
-  const int d = min(max(smax - int((s4 >> (8 * g)) & 0xFF), 0), kMxfp4Fp8ZeroSpan + 1);
-  const uint2 m = *reinterpret_cast<const uint2*>(mag[d]);
-  const uint4 raw = *reinterpret_cast<const uint4*>(t + r * 64 + g * 16);
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t codes[8];  // column 8w + 4h + q: byte q of codes[2w + h]
+  const int NB = (W.N + out.block_rows - 1) / out.block_rows;
+  int e[kConvItems], n[kConvItems], kb[kConvItems], smax[kConvItems];
+  bool live[kConvItems];
+  uint32_t s4[kConvItems];
+  uint4 raw[kConvItems];
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    codes[2 * w] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<0>(words[w])) | mxfp4_packed_signs<0>(words[w]);
-    codes[2 * w + 1] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<1>(words[w])) | mxfp4_packed_signs<1>(words[w]);
+  for (int u = 0; u < kConvItems; ++u) {
+    const int tile = (int(blockIdx.x) * kConvItems + u) * kConvTiles + int(threadIdx.x) / 64;
+    const int row16 = tile / KB;
+    kb[u] = tile - row16 * KB, e[u] = row16 / N16, n[u] = (row16 - e[u] * N16) * kMxfp4TileRows + r;
+    live[u] = tile < tiles && g < min(4, G - 4 * kb[u]) &&  // the block's groups K has
+              !(seg && __ldcg(seg + e[u] + 1) <= __ldcg(seg + e[u]));
+    if (!live[u]) continue;
+    const uint8_t* t = W.tiles + size_t(tile) * kMxfp4TileBytes;
+    s4[u] = *reinterpret_cast<const uint32_t*>(t + 1024 + 4 * r);
+    raw[u] = *reinterpret_cast<const uint4*>(t + r * 64 + g * 16);
+    if (out.block_rows != 1) smax[u] = out.smax[(size_t(e[u]) * NB + n[u] / out.block_rows) * KB + kb[u]];
   }
-  uint4* dst = reinterpret_cast<uint4*>(out.codes + (size_t(e) * W.N + n) * W.K + size_t(kb) * kBlk + 32 * g);
-  dst[0] = make_uint4(codes[0], codes[1], codes[2], codes[3]);
-  dst[1] = make_uint4(codes[4], codes[5], codes[6], codes[7]);
+#pragma unroll
+  for (int u = 0; u < kConvItems; ++u) {
+    if (!live[u]) continue;
+    if (out.block_rows == 1) {
+      smax[u] = 0;
+      for (int c = 0; c < min(4, G - 4 * kb[u]); ++c) smax[u] = max(smax[u], int((s4[u] >> (8 * c)) & 0xFF));
+    }
+    if (g == 0 && n[u] % out.block_rows == 0)
+      out.scales[size_t(e[u]) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n[u], kb[u])] =
+          ldexpf(1.0f, smax[u] - 127 - kMxfp4Fp8Shift);
+    // d >= 0: Smax is the largest of the block's scales (clamped all the same: a table index).
+    const int d = min(max(smax[u] - int((s4[u] >> (8 * g)) & 0xFF), 0), kMxfp4Fp8ZeroSpan + 1);
+    const uint2 m = *reinterpret_cast<const uint2*>(mag[d]);
+    const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    uint32_t codes[8];  // column 8w + 4h + q: byte q of codes[2w + h]
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      codes[2 * w] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<0>(words[w])) | mxfp4_packed_signs<0>(words[w]);
+      codes[2 * w + 1] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<1>(words[w])) | mxfp4_packed_signs<1>(words[w]);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out.codes + (size_t(e[u]) * W.N + n[u]) * W.K + size_t(kb[u]) * kBlk + 32 * g);
+    dst[0] = make_uint4(codes[0], codes[1], codes[2], codes[3]);
+    dst[1] = make_uint4(codes[4], codes[5], codes[6], codes[7]);
+  }
 }
 
 }  // namespace
@@ -332,8 +346,9 @@ void mxfp4_experts_to_fp8(const Mxfp4ExpertsView& W, const int32_t* seg, const M
                std::to_string(W.K) + ", block rows " + std::to_string(out.block_rows) + ")");
   const size_t tiles = size_t(W.experts) * (W.N / kMxfp4TileRows) * (mxfp4_act_cols(W.K) / kBlk);
   if (tiles > size_t(INT32_MAX)) fail_plain("mxfp4_experts_to_fp8: more than 2^31 tiles");
-  launch_pdl("dequant", mxfp4_to_fp8_kernel, unsigned((tiles + kConvTiles - 1) / kConvTiles), kConvThreads, 0, st, W,
-             seg, out);
+  const size_t per_block = size_t(kConvTiles) * kConvItems;
+  launch_pdl("dequant", mxfp4_to_fp8_kernel, unsigned((tiles + per_block - 1) / per_block), kConvThreads, 0, st, W, seg,
+             out);
 }
 
 void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* out, cudaStream_t st) {
