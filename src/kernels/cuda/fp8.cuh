@@ -56,9 +56,10 @@ struct MoeSorted {
 // The MoE's routing front: RMSNorm of x [T][H] with `gain`, quantized in 1x128 blocks (and in
 // fp32 into h_out when given), the fp32 router logits (router [E][H] + bias, the products of
 // linear_f32_small, into logits [T][E]), the top-k softmax (topk_softmax): idx, w [T][k], and
-// those choices sorted by expert as moe_sort does. One kernel: of T x E/8 blocks for up to 512
-// tokens, of tiles of tokens that share each router row above (the same bits); counters [T + 1]
-// must be zero before the first call (they are left zero). h_mxfp4 (optional): the normalized rows
+// those choices sorted by expert as moe_sort does. One kernel of T x E/8 blocks for up to 512
+// tokens; above, a kernel of tiles of tokens that share each router row (the same bits; E at most
+// 256) and the pairs' scatter. counters [T + 1] must be zero before the first call (they are left
+// zero). h_mxfp4 (optional): the normalized rows
 // also as BF16 in the MXFP4 activation layout [T][round128(H)] (what to_bf16_mxfp4_layout makes
 // of h_out), the MXFP4 experts' input.
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,

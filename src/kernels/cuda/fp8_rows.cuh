@@ -193,6 +193,79 @@ __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS],
   __syncthreads();
 }
 
+// The norms of a tile of nt rows in shared memory (row i at rows + i * Hp, H values), by a block
+// of THREADS threads, with the bits of rmsnorm_quantize_row<VTHREADS> (VTHREADS a multiple of
+// THREADS, at most 1,024): thread i sums the squares of virtual threads i + THREADS u in their
+// order, each virtual warp's sum goes through the same butterfly and the VTHREADS / 32 sums
+// through the last one; each thread loads its gains once for the tile. The rows are normalized in
+// place (and into h_out rows t0 + i when given), then quantized in 1x128 blocks (codes q rows
+// t0 + i, scales s[kb * ld + t0 + i]; q null: not wanted), four (row, block) pairs a warp at once.
+// part: shared [kMaxRows][VTHREADS / 32]. Begins and ends with the block synchronized.
+template <int THREADS, int VTHREADS, int kMaxRows>
+__device__ inline void tile_rmsnorm_quantize(float* rows, int Hp, int nt, const bf16* gain, int H, float eps,
+                                             uint8_t* q, float* s, int ld, int t0, float* h_out,
+                                             float (*part)[VTHREADS / 32]) {
+  static_assert(VTHREADS % THREADS == 0 && VTHREADS <= 1024, "virtual threads: a multiple of the block, at most 1024");
+  constexpr int NW = THREADS / 32, NVW = VTHREADS / 32, VT = VTHREADS / THREADS;
+  constexpr int VPER = kRowMax / VTHREADS, PER = kRowMax / THREADS;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int i = 0; i < nt; ++i) {
+    const float* row = rows + size_t(i) * Hp;
+#pragma unroll
+    for (int u = 0; u < VT; ++u) {
+      float ss = 0;
+#pragma unroll
+      for (int j = 0; j < VPER; ++j) {
+        const int c = threadIdx.x + THREADS * u + j * VTHREADS;
+        const float v = c < H ? row[c] : 0.0f;
+        ss += v * v;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) part[i][warp + NW * u] = ss;
+    }
+  }
+  __syncthreads();
+  for (int i = warp; i < nt; i += NW) {
+    const float p = warp_sum(lane < NVW ? part[i][lane] : 0.0f);
+    if (lane == 0) part[i][0] = p;
+  }
+  __syncthreads();
+  float gv[PER];
+#pragma unroll
+  for (int m = 0; m < PER; ++m) {
+    const int c = threadIdx.x + m * THREADS;
+    gv[m] = c < H ? __bfloat162float(gain[c]) : 0.0f;
+  }
+  for (int i = 0; i < nt; ++i) {
+    const float r = rsqrtf(part[i][0] / H + eps);
+    float* row = rows + size_t(i) * Hp;
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+      const int c = threadIdx.x + m * THREADS;
+      if (c < H) {
+        const float n = gv[m] * (row[c] * r);
+        row[c] = n;
+        if (h_out) h_out[size_t(t0 + i) * H + c] = n;
+      }
+    }
+  }
+  __syncthreads();
+  const int KB = (H + kB - 1) / kB;
+  constexpr int QB = 4;
+  for (int j0 = warp * QB; q && j0 < nt * KB; j0 += NW * QB) {
+    const float* rp[QB];
+    int kbs[QB], ts[QB];
+    uint8_t* qp[QB];
+#pragma unroll
+    for (int u = 0; u < QB; ++u) {
+      const int j = min(j0 + u, nt * KB - 1), i = j / KB;
+      rp[u] = rows + size_t(i) * Hp, kbs[u] = j % KB, ts[u] = t0 + i, qp[u] = q + size_t(t0 + i) * H;
+    }
+    quantize_row_blocks<QB>(rp, kbs, min(QB, nt * KB - j0), H, qp, s, ld, ts);
+  }
+  __syncthreads();
+}
+
 template <int THREADS>
 __device__ inline void load_row(const float* xt, int H, float (&v)[kRowMax / THREADS]) {
 #pragma unroll

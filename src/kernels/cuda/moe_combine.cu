@@ -31,26 +31,22 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
 // - the combine, a token at a time by the whole block: a thread loads its float4s of the residual
 //   row and of every choice's row at once (one round trip a token), adds them as the block kernel
 //   does (elementwise, the same expression) and writes x and the tile's row in shared memory;
-// - the norms of the tile's rows: thread i sums for virtual threads i + 256 u (u < 4) of the
-//   1,024-thread block norm their values in that thread's order, each virtual warp's sum goes
-//   through the same butterfly, the 32 sums through the block's last one; each thread loads its
-//   gains once for the tile;
-// - the 1x128 quantization, four (row, block) pairs a warp at a time (quantize_row_blocks).
+// - the norms and quantization of the tile's rows with the 1,024-thread block norm's sums
+//   (tile_rmsnorm_quantize: thread i sums for virtual threads i + 256 u).
 // KT: the choices per token when fixed at compile time (4, gpt-oss), 0 for k from the argument.
 constexpr int kCombineTile = 8, kCombineThreads = 256;
 template <int KT>
 __global__ void __launch_bounds__(kCombineThreads) moe_combine_norm_rows_kernel(
     float* __restrict__ x, const float* __restrict__ y, const int32_t* pair_row, const float* w, const int32_t* idx,
     const bf16* b2, int T, int k_arg, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld, float* h_out) {
-  constexpr int KM = KT > 0 ? KT : kMaxTopK, NW = kCombineThreads / 32, VT = kRowThreads / kCombineThreads;
-  constexpr int VPER = kRowMax / kRowThreads, PER = kRowMax / kCombineThreads, C4 = PER / 4;
+  constexpr int KM = KT > 0 ? KT : kMaxTopK, C4 = kRowMax / kCombineThreads / 4;
   const int k = KT > 0 ? KT : k_arg;
   extern __shared__ float sm[];  // [kCombineTile][Hp]
   __shared__ float part[kCombineTile][kRowThreads / 32];
   __shared__ int rows[kCombineTile][KM];
   __shared__ float wt[kCombineTile][KM];
   __shared__ int ex[kCombineTile][KM];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t0 = blockIdx.x * kCombineTile;
+  const int t0 = blockIdx.x * kCombineTile;
   const int nt = min(kCombineTile, T - t0), Hp = (H + 3) & ~3;
   pdl_wait();
   pdl_launch_dependents();
@@ -113,63 +109,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_norm_rows_kernel(
     }
   }
   __syncthreads();
-  // The norm sums of rmsnorm_quantize_row<kRowThreads>: virtual thread i + 256 u, virtual warp warp + 8 u.
-  for (int tt = 0; tt < nt; ++tt) {
-    const float* row = sm + size_t(tt) * Hp;
-#pragma unroll
-    for (int u = 0; u < VT; ++u) {
-      float ss = 0;
-#pragma unroll
-      for (int j = 0; j < VPER; ++j) {
-        const int c = threadIdx.x + kCombineThreads * u + j * kRowThreads;
-        const float v = c < H ? row[c] : 0.0f;
-        ss += v * v;
-      }
-      ss = warp_sum(ss);
-      if (lane == 0) part[tt][warp + NW * u] = ss;
-    }
-  }
-  __syncthreads();
-  for (int tt = warp; tt < nt; tt += NW) {
-    const float p = warp_sum(part[tt][lane]);  // kRowThreads / 32 == 32 virtual warps
-    if (lane == 0) part[tt][0] = p;
-  }
-  __syncthreads();
-  {
-    float gv[PER];
-#pragma unroll
-    for (int m = 0; m < PER; ++m) {
-      const int c = threadIdx.x + m * kCombineThreads;
-      gv[m] = c < H ? __bfloat162float(gain[c]) : 0.0f;
-    }
-    for (int tt = 0; tt < nt; ++tt) {
-      const float r = rsqrtf(part[tt][0] / H + eps);
-      float* row = sm + size_t(tt) * Hp;
-#pragma unroll
-      for (int m = 0; m < PER; ++m) {
-        const int c = threadIdx.x + m * kCombineThreads;
-        if (c < H) {
-          const float n = gv[m] * (row[c] * r);
-          row[c] = n;
-          if (h_out) h_out[size_t(t0 + tt) * H + c] = n;
-        }
-      }
-    }
-  }
-  __syncthreads();
-  const int KB = (H + kB - 1) / kB;
-  constexpr int QB = 4;
-  for (int j0 = warp * QB; j0 < nt * KB; j0 += NW * QB) {
-    const float* rp[QB];
-    int kbs[QB], ts[QB];
-    uint8_t* qp[QB];
-#pragma unroll
-    for (int u = 0; u < QB; ++u) {
-      const int j = min(j0 + u, nt * KB - 1), tt = j / KB;
-      rp[u] = sm + size_t(tt) * Hp, kbs[u] = j % KB, ts[u] = t0 + tt, qp[u] = q + size_t(t0 + tt) * H;
-    }
-    quantize_row_blocks<QB>(rp, kbs, min(QB, nt * KB - j0), H, qp, s, ld, ts);
-  }
+  tile_rmsnorm_quantize<kCombineThreads, kRowThreads, kCombineTile>(sm, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
 }
 
 // A warp per (row, 128-column block of I): clamped SwiGLU of the row's interleaved (gate, up)

@@ -37,10 +37,8 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
 // The same front for a prompt chunk: block b takes `tile` (at most kRouteTile) tokens, the same
 // functions of the same values as moe_route_kernel, bit for bit:
 // - their rows are copied to shared memory together;
-// - the block normalizes them together: thread i sums the squares of values i + 256 j of every
-//   row in rmsnorm_quantize_row<256>'s order, the warps' sums go through its two butterflies, each
-//   thread loads its gains once for all the rows, and the warps quantize the rows' 128-column
-//   blocks (quantize_row_block);
+// - the block normalizes and quantizes them together (tile_rmsnorm_quantize, the sums of
+//   rmsnorm_quantize_row<256>);
 // - each warp takes kRouteExperts experts at a time and sums every token of the tile against them
 //   (router_tile): a row float4 read from shared memory serves four experts;
 // - a warp per token does the top-k;
@@ -105,7 +103,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
                                                                         const bf16* router_bias, int E, int k,
                                                                         int tile, float* logits, int32_t* counter,
                                                                         int32_t* idx, float* w, MoeSorted sorted) {
-  constexpr int NW = kRouteThreads / 32, PER = kRowMax / kRouteThreads;
+  constexpr int NW = kRouteThreads / 32;
   extern __shared__ float sm[];  // [tile][Hp] rows, then [tile][E] logits
   __shared__ float part[kRouteTile][NW];
   __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
@@ -130,60 +128,8 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_tiled_kernel(const fl
   }
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
-  // The norms: rmsnorm_quantize_row<kRouteThreads>'s sums for every row at once.
-  for (int i = 0; i < nt; ++i) {
-    float ss = 0;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int c = threadIdx.x + j * kRouteThreads;
-      const float v = c < H ? rows[size_t(i) * Hp + c] : 0.0f;
-      ss += v * v;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) part[i][warp] = ss;
-  }
-  __syncthreads();
-  for (int i = warp; i < nt; i += NW) {
-    const float p = warp_sum(lane < NW ? part[i][lane] : 0.0f);
-    if (lane == 0) part[i][0] = p;
-  }
-  __syncthreads();
-  {
-    float gv[PER];
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int c = threadIdx.x + j * kRouteThreads;
-      gv[j] = c < H ? __bfloat162float(gain[c]) : 0.0f;
-    }
-    for (int i = 0; i < nt; ++i) {
-      const float r = rsqrtf(part[i][0] / H + eps);
-      float* row = rows + size_t(i) * Hp;
-#pragma unroll
-      for (int j = 0; j < PER; ++j) {
-        const int c = threadIdx.x + j * kRouteThreads;
-        if (c < H) {
-          const float n = gv[j] * (row[c] * r);
-          row[c] = n;
-          if (h_out) h_out[size_t(t0 + i) * H + c] = n;
-        }
-      }
-    }
-  }
-  __syncthreads();
-  // The quantization: the tile's (row, block) pairs over the warps, four at a time a warp.
-  const int KB = (H + kB - 1) / kB;
-  constexpr int QB = 4;
-  for (int j0 = warp * QB; q && j0 < nt * KB; j0 += NW * QB) {
-    const float* rp[QB];
-    int kbs[QB], ts[QB];
-    uint8_t* qp[QB];
-#pragma unroll
-    for (int u = 0; u < QB; ++u) {
-      const int j = min(j0 + u, nt * KB - 1), i = j / KB;
-      rp[u] = rows + size_t(i) * Hp, kbs[u] = j % KB, ts[u] = t0 + i, qp[u] = q + size_t(t0 + i) * H;
-    }
-    quantize_row_blocks<QB>(rp, kbs, min(QB, nt * KB - j0), H, qp, s, ld, ts);
-  }
+  // The norms with rmsnorm_quantize_row<kRouteThreads>'s sums, and the quantization.
+  tile_rmsnorm_quantize<kRouteThreads, kRouteThreads, kRouteTile>(rows, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
   if (h_mxfp4)
     for (int i = warp; i < nt; i += NW)
       store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t0 + i) * mxfp4_act_cols(H), lane, 32);
