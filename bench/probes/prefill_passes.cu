@@ -26,34 +26,26 @@
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
+#include "model/moe_timing_inputs.cuh"
 
 using namespace osprey::cuda;
+namespace moe_inputs = osprey::moe_inputs;
 using osprey::mxfp4_act_cols;
 using osprey::mxfp4_fp8_scales_size;
 using osprey::mxfp4_tiles_bytes;
 
 namespace {
 
-__device__ inline uint32_t hash32(uint64_t i, uint32_t seed) {
-  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
-  x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-  return uint32_t(x >> 16);
-}
+using moe_inputs::mix;
 // Uniform in [-a, a).
-__global__ void fill_f32(float* p, size_t n, uint32_t seed, float a) {
+__global__ void fill_uniform_f32(float* p, size_t n, uint32_t seed, float a) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = (float(hash32(i, seed) & 0xFFFFFF) / float(1 << 24) * 2.0f - 1.0f) * a;
+    p[i] = (float(mix(i, seed) & 0xFFFFFF) / float(1 << 24) * 2.0f - 1.0f) * a;
 }
-__global__ void fill_bf16(bf16* p, size_t n, uint32_t seed, float lo, float hi) {
+// Uniform in [lo, hi).
+__global__ void fill_uniform_bf16(bf16* p, size_t n, uint32_t seed, float lo, float hi) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(lo + (hi - lo) * float(hash32(i, seed) & 0xFFFF) / 65536.0f);
-}
-// Random tiles whose scale bytes lie in [120, 130] (so a block's largest scale is at most 130).
-__global__ void fill_tiles(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = hash32(i, seed);
-    p[i] = i % osprey::kMxfp4TileBytes >= 1024 ? uint8_t(120 + h % 11) : uint8_t(h);
-  }
+    p[i] = __float2bfloat16(lo + (hi - lo) * float(mix(i, seed) & 0xFFFF) / 65536.0f);
 }
 template <class T>
 uint64_t checksum(const DeviceArray<T>& a, size_t n) {
@@ -92,10 +84,10 @@ void route(int T, int E) {
   DeviceArray<bf16> gain(H), rbias(E);
   DeviceArray<uint8_t> q(size_t(T) * H);
   DeviceArray<int32_t> counters(T + 1), idx(size_t(T) * k), seg(E + 1), row_token(P), pair_row(size_t(T) * k), active(E);
-  fill_f32<<<1024, 256>>>(x.ptr, x.n, 1, 4.0f);
-  fill_f32<<<1024, 256>>>(router.ptr, router.n, 2, 0.05f);
-  fill_bf16<<<64, 256>>>(gain.ptr, gain.n, 3, 0.5f, 1.5f);
-  fill_bf16<<<1, 256>>>(rbias.ptr, rbias.n, 4, -0.1f, 0.1f);
+  fill_uniform_f32<<<1024, 256>>>(x.ptr, x.n, 1, 4.0f);
+  fill_uniform_f32<<<1024, 256>>>(router.ptr, router.n, 2, 0.05f);
+  fill_uniform_bf16<<<64, 256>>>(gain.ptr, gain.n, 3, 0.5f, 1.5f);
+  fill_uniform_bf16<<<1, 256>>>(rbias.ptr, rbias.n, 4, -0.1f, 0.1f);
   OSPREY_CUDA_CHECK(cudaMemset(counters.ptr, 0, counters.n * 4));
   OSPREY_CUDA_CHECK(cudaMemset(row_token.ptr, 0, row_token.n * 4));
   const float us = median_us([&] {
@@ -113,7 +105,7 @@ void route(int T, int E) {
 
 __global__ void fill_pairs(int32_t* pair_row, int32_t* idx, int P, int E) {
   for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < P; p += gridDim.x * blockDim.x)
-    pair_row[p] = p, idx[p] = int(hash32(uint64_t(p), 7) % uint32_t(E));
+    pair_row[p] = p, idx[p] = int(mix(uint64_t(p), 7) % uint32_t(E));
 }
 
 // The combine of the experts' rows into the residual stream with the next norm (moe_combine_norm),
@@ -124,11 +116,11 @@ void combine(int T, int E) {
   DeviceArray<bf16> b2(size_t(E) * H), gain(H);
   DeviceArray<uint8_t> q(size_t(T) * H);
   DeviceArray<int32_t> pair_row(P), idx(P);
-  fill_f32<<<1024, 256>>>(x.ptr, x.n, 11, 4.0f);
-  fill_f32<<<1024, 256>>>(y.ptr, y.n, 12, 2.0f);
-  fill_f32<<<64, 256>>>(w.ptr, w.n, 13, 1.0f);
-  fill_bf16<<<256, 256>>>(b2.ptr, b2.n, 14, -0.5f, 0.5f);
-  fill_bf16<<<64, 256>>>(gain.ptr, gain.n, 15, 0.5f, 1.5f);
+  fill_uniform_f32<<<1024, 256>>>(x.ptr, x.n, 11, 4.0f);
+  fill_uniform_f32<<<1024, 256>>>(y.ptr, y.n, 12, 2.0f);
+  fill_uniform_f32<<<64, 256>>>(w.ptr, w.n, 13, 1.0f);
+  fill_uniform_bf16<<<256, 256>>>(b2.ptr, b2.n, 14, -0.5f, 0.5f);
+  fill_uniform_bf16<<<64, 256>>>(gain.ptr, gain.n, 15, 0.5f, 1.5f);
   fill_pairs<<<256, 256>>>(pair_row.ptr, idx.ptr, P, E);
   // x accumulates: every launch adds the same rows again (the time is what counts; the checksum
   // is of the 23 launches' result).
@@ -147,8 +139,8 @@ void convert(int E, int N, int K, int block_rows) {
   const int KB = mxfp4_act_cols(K) / 128, NB = (N + 127) / 128;
   DeviceArray<uint8_t> tiles(tiles_bytes), codes(size_t(E) * N * K), smax(size_t(E) * NB * KB);
   DeviceArray<float> scales(size_t(E) * sper);
-  fill_tiles<<<2048, 256>>>(tiles.ptr, tiles.n, 5);
-  OSPREY_CUDA_CHECK(cudaMemset(smax.ptr, 130, smax.n));
+  moe_inputs::fill_mxfp4_tiles<<<2048, 256>>>(tiles.ptr, tiles.n, 5);  // scales 118 .. 125
+  OSPREY_CUDA_CHECK(cudaMemset(smax.ptr, 130, smax.n));  // at least every block's largest scale
   OSPREY_CUDA_CHECK(cudaMemset(scales.ptr, 0, scales.n * 4));
   const Mxfp4ExpertsView W{tiles.ptr, nullptr, E, N, K};
   const float us = median_us([&] {

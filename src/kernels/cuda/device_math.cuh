@@ -92,16 +92,10 @@ __device__ inline void warp_topk_softmax(const float* l, int E, int k, int32_t* 
 __device__ inline uint8_t e4m3_code(float v) { return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)); }
 __device__ inline float fp8_block_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
 
-// One warp's block of a 1x128 activation quantization: lane holds v[i] = column c0 + 4 lane + i
-// of a row of K columns (0 past K); writes the codes of the columns that exist into q_row and
-// returns the block's scale.
-__device__ inline float warp_quantize_block128(const float (&v)[4], int c0, int K, uint8_t* q_row) {
-  const int lane = threadIdx.x & 31;
-  float amax = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  const float sc = fp8_block_scale(warp_max(amax));
-  const int c = c0 + lane * 4;
+// The E4M3 codes of one warp's 128-column block at scale sc: lane holds v[i] = column c0 + 4 lane
+// + i of a row of K columns; writes the codes of the columns that exist into q_row.
+__device__ inline void store_block128_codes(const float (&v)[4], float sc, int c0, int K, uint8_t* q_row) {
+  const int c = c0 + (threadIdx.x & 31) * 4;
   if (K % 4 == 0 && (reinterpret_cast<uintptr_t>(q_row) & 3) == 0) {
     // The lane's 4 codes in one 32-bit store (its columns all exist or none do).
     if (c < K) {
@@ -110,11 +104,22 @@ __device__ inline float warp_quantize_block128(const float (&v)[4], int c0, int 
       for (int i = 0; i < 4; ++i) packed |= uint32_t(e4m3_code(v[i] / sc)) << (8 * i);
       *reinterpret_cast<uint32_t*>(q_row + c) = packed;
     }
-    return sc;
+    return;
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     if (c + i < K) q_row[c + i] = e4m3_code(v[i] / sc);
+}
+
+// One warp's block of a 1x128 activation quantization: lane holds v[i] = column c0 + 4 lane + i
+// of a row of K columns (0 past K); writes the codes of the columns that exist into q_row and
+// returns the block's scale.
+__device__ inline float warp_quantize_block128(const float (&v)[4], int c0, int K, uint8_t* q_row) {
+  float amax = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float sc = fp8_block_scale(warp_max(amax));
+  store_block128_codes(v, sc, c0, K, q_row);
   return sc;
 }
 

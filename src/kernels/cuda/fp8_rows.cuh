@@ -131,19 +131,7 @@ __device__ inline void quantize_row_blocks(const float* const (&row)[N], const i
   for (int j = 0; j < N; ++j) {
     if (j >= n) break;  // uniform
     const float sc = fp8_block_scale(amax[j]);
-    const int c = kb[j] * kB + lane * 4;
-    if (H % 4 == 0 && (reinterpret_cast<uintptr_t>(q[j]) & 3) == 0) {
-      if (c < H) {
-        uint32_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) packed |= uint32_t(e4m3_code(w[j][i] / sc)) << (8 * i);
-        *reinterpret_cast<uint32_t*>(q[j] + c) = packed;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (c + i < H) q[j][c + i] = e4m3_code(w[j][i] / sc);
-    }
+    store_block128_codes(w[j], sc, kb[j] * kB, H, q[j]);
     if (lane == 0) s[size_t(kb[j]) * ld + t[j]] = sc;
   }
 }

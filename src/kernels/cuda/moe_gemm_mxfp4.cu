@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4Experts
   const int tiles = W.experts * N16 * KB;
   const int g = threadIdx.x % 4, r = threadIdx.x / 4 % kMxfp4TileRows;
   const int NB = (W.N + out.block_rows - 1) / out.block_rows;
-  int e[kConvItems], n[kConvItems], kb[kConvItems], smax[kConvItems];
+  int e[kConvItems], n[kConvItems], kb[kConvItems], groups[kConvItems], smax[kConvItems];
   bool live[kConvItems];
   uint32_t s4[kConvItems];
   uint4 raw[kConvItems];
@@ -301,8 +301,8 @@ __global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4Experts
     const int tile = (int(blockIdx.x) * kConvItems + u) * kConvTiles + int(threadIdx.x) / 64;
     const int row16 = tile / KB;
     kb[u] = tile - row16 * KB, e[u] = row16 / N16, n[u] = (row16 - e[u] * N16) * kMxfp4TileRows + r;
-    live[u] = tile < tiles && g < min(4, G - 4 * kb[u]) &&  // the block's groups K has
-              !(seg && __ldcg(seg + e[u] + 1) <= __ldcg(seg + e[u]));
+    groups[u] = min(4, G - 4 * kb[u]);  // the block's groups K has
+    live[u] = tile < tiles && g < groups[u] && !(seg && __ldcg(seg + e[u] + 1) <= __ldcg(seg + e[u]));
     if (!live[u]) continue;
     const uint8_t* t = W.tiles + size_t(tile) * kMxfp4TileBytes;
     s4[u] = *reinterpret_cast<const uint32_t*>(t + 1024 + 4 * r);
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4Experts
     if (!live[u]) continue;
     if (out.block_rows == 1) {
       smax[u] = 0;
-      for (int c = 0; c < min(4, G - 4 * kb[u]); ++c) smax[u] = max(smax[u], int((s4[u] >> (8 * c)) & 0xFF));
+      for (int c = 0; c < groups[u]; ++c) smax[u] = max(smax[u], int((s4[u] >> (8 * c)) & 0xFF));
     }
     if (g == 0 && n[u] % out.block_rows == 0)
       out.scales[size_t(e[u]) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n[u], kb[u])] =
