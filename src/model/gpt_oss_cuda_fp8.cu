@@ -19,6 +19,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
+#include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/decode_persistent.cuh"
@@ -600,8 +601,9 @@ struct GptOssCudaFp8::Impl {
   // The layers over T rows (tokens in d_tok at d_slot/d_pos); leaves the residual stream in x and
   // its final norm, quantized, in act_h (the unembedding's input), and with BF16 dense layers in
   // fp32 in hn.
-  // pass.lt_moe: the experts through cuBLASLt (FP8) or cuBLAS on BF16-decoded weights (MXFP4),
-  // one host sync per layer; prefill only.
+  // pass.lt_moe: the experts through the grouped wgmma GEMM (FP8, or MXFP4 converted to FP8), or
+  // cuBLAS per expert on BF16-decoded weights (MXFP4 with BF16 dense layers, one host sync per
+  // layer); prefill only.
   void layers_forward(int T, const Pass& pass) {
     const int H = cfg.hidden, I = cfg.intermediate, E = cfg.num_experts, Kx = cfg.experts_per_token;
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
@@ -612,7 +614,7 @@ struct GptOssCudaFp8::Impl {
     cuda::rmsnorm_quantize(x.ptr, layers[0].attn_norm.ptr, T, H, eps, act_h.q.ptr, act_h.s.ptr, ld,
                            dense_bf16 ? hn.ptr : nullptr, stream);
     std::vector<int32_t> seg_host(E + 1);
-    // The experts' segments to the host (one sync; the cuBLAS(Lt) paths need each expert's rows),
+    // The experts' segments to the host (one sync; the cuBLAS BF16 path needs each expert's rows),
     // then fn(e, first row, rows) for every expert that has rows.
     auto sync_segments = [&] {
       OSPREY_CUDA_CHECK(cudaMemcpyAsync(seg_host.data(), d_seg.ptr, (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
@@ -733,17 +735,22 @@ struct GptOssCudaFp8::Impl {
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, stream, &swiglu);
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {
-        // The route kernel's quantized rows, gathered by expert, through cuBLASLt per expert: FP8
-        // experts as loaded, or MXFP4 experts converted (W4A8) for each GEMM in turn.
+        // The route kernel's quantized rows, gathered by expert, through the grouped wgmma GEMMs
+        // (every expert in one launch, the segments read on the device): FP8 experts as loaded, or
+        // MXFP4 experts converted (W4A8) for each GEMM in turn.
         cuda::gather_act_1x128(act_h.q.ptr, act_h.s.ptr, ld, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr,
                                by_expert, stream);
-        auto wmode = [&](const Mxfp4Weight& M) {
-          return mxfp4 && M.fp8_block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
-        };
-        // Expert e's codes and scales for GEMM j (0: W = mlp1, 1: mlp2) of N outputs and K inputs.
-        auto weights = [&](int j, const Fp8Weight& W, int e, int N, int K) -> std::pair<const uint8_t*, const float*> {
-          if (!mxfp4) return {W.data(e), W.scale(e)};
-          return {experts_fp8[j].ptr + size_t(e) * N * K, experts_fp8_s[j].ptr + size_t(e) * experts_fp8_sper};
+        // GEMM j (0: W = mlp1, 1: mlp2) of N outputs and K inputs over the rows x, xs into out.
+        auto grouped = [&](int j, const Fp8Weight& W, const Mxfp4Weight& M, const uint8_t* x, const float* xs,
+                           float* out, int N, int K) {
+          cuda::GroupedFp8Gemm g{.seg = d_seg.ptr, .experts = E, .x = x, .xs = xs, .rows = P, .y = out, .N = N, .K = K};
+          if (mxfp4) {
+            g.w = experts_fp8[j].ptr, g.ws = experts_fp8_s[j].ptr, g.ws_per = experts_fp8_sper;
+            g.wmode = M.fp8_block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
+          } else {
+            g.w = W.data(), g.ws = W.scale(), g.ws_per = W.scales_per();
+          }
+          return g;
         };
         // After layer l's GEMMs of matrix j: its buffer takes layer l + 1's.
         auto release = [&](int j) {
@@ -753,23 +760,12 @@ struct GptOssCudaFp8::Impl {
           convert(l + 1, j);
         };
         if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[0], 0));
-        sync_segments();
-        const int KBh = fp8::blocks(H), KBi = fp8::blocks(I);
-        each_expert([&](int e, int r0, int n) {
-          const uint8_t* xq = act_moe.q.ptr + size_t(r0) * H;
-          const float* xs = act_moe.s.ptr + size_t(KBh) * r0;
-          const auto [wq, ws] = weights(0, L.mlp1, e, 2 * I, H);
-          lt->run(wq, ws, xq, xs, t1.ptr + size_t(r0) * 2 * I, n, 2 * I, H, wmode(L.mx1));
-        });
+        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(0, L.mlp1, L.mx1, act_moe.q.ptr, act_moe.s.ptr, t1.ptr, 2 * I, H),
+                                               stream);
         release(0);
-        cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, seg_host[E], I, alpha, limit, act_a.q.ptr, act_a.s.ptr,
-                                  stream);
+        cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
         if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[1], 0));
-        each_expert([&](int e, int r0, int n) {
-          const auto [wq, ws] = weights(1, L.mlp2, e, H, I);
-          lt->run(wq, ws, act_a.q.ptr + size_t(r0) * I, act_a.s.ptr + size_t(KBi) * r0, y.ptr + size_t(r0) * H, n, H,
-                  I, wmode(L.mx2));
-        });
+        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(1, L.mlp2, L.mx2, act_a.q.ptr, act_a.s.ptr, y.ptr, H, I), stream);
         release(1);
       } else {
         cuda::Fp8ExpertRows by_token = fp8_rows;  // each sorted row reads its token's quantized row
@@ -1030,13 +1026,11 @@ struct GptOssCudaFp8::Impl {
     set_rows(st.tok.data(), st.slot.data(), st.pos.data(), T);
     Pass& pass = st.pass;
     pass.lt_dense = opt.cublaslt;
+    const bool grouped_fp8_fits = cuda::m_grouped_fp8_gemm_nt_supported(2 * I, H, cfg.num_experts) &&
+                                  cuda::m_grouped_fp8_gemm_nt_supported(H, I, cfg.num_experts);
     pass.lt_moe = mxfp4 ? T * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * cfg.num_experts &&
-                              (experts_bf16.ptr ||
-                               (experts_fp8[0].ptr && lt->available(4, 2 * I, H, cuda::WeightScales::Row1x128) &&
-                                lt->available(4, H, I, cuda::WeightScales::Row1x128) && lt->available(4, 2 * I, H) &&
-                                lt->available(4, H, I)))
-                        : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts &&
-                              lt->available(4, 2 * I, H) && lt->available(4, H, I);
+                              (experts_bf16.ptr || (experts_fp8[0].ptr && grouped_fp8_fits))
+                        : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && grouped_fp8_fits;
     pass.attn_splits = pass.decode_rows > 0
                            ? cuda::decode_attention_splits(pass.decode_rows, cfg.num_kv_heads, decode_splits())
                            : 1;

@@ -50,8 +50,10 @@ class GptOssCudaFp8 {
     // of slots * (1 + max_draft) rows are graphs; the logits buffer holds that many rows).
     int max_draft = 0;
     double gpu_memory_utilization = 0.90;  // fraction of the GPU's memory this process may hold
-    // GEMMs of 32+ rows through cuBLASLt (its FP8 products differ from exact fp32 sums by ~1.2e-4
-    // relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8 products).
+    // GEMMs of 32+ rows through cuBLASLt, and the experts of long prompt chunks through the grouped
+    // wgmma GEMM (kernels/cuda/moe_gemm_fp8.cuh) (their FP8 products differ from exact fp32 sums by
+    // ~1-2e-4 relative, measured); false: the skinny kernel everywhere (exact fp32 sums of the FP8
+    // products).
     bool cublaslt = true;
     ExpertWeights experts = ExpertWeights::Mxfp4;  // a converted FP8 checkpoint has only Fp8
     DenseWeights dense = DenseWeights::Fp8;        // a converted FP8 checkpoint has only Fp8

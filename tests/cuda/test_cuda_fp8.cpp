@@ -17,6 +17,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
+#include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/attention.cuh"
 
 namespace osprey {
@@ -254,6 +255,77 @@ TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
   cuda::BlockFp8Gemm lt(nullptr);
   lt.run(dW.q.p, dW.s.p, xq.p, xs.p, y.p, M, N, K);
   EXPECT_LT(rel_err(y.get(), ref), 4e-3);  // tolerance covers a BF16 output if cuBLASLt offers no fp32 one
+}
+
+// The grouped wgmma GEMM of prompt chunks (every expert in one launch) against the CPU twin,
+// expert by expert, with both weight-scale layouts (the 1x128 scales hold the 128x128 blocks'
+// values, so both twins are the same product). Awkward segments: an expert with one real row and
+// three zero rows, experts without rows, partial row tiles (132, 260, 516 rows), one expert that
+// gets every row, N = 320 and 2,880 ending in half column tiles, K = 2,880 ending in a half K
+// block. Rows past the last segment stay as they were.
+TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
+  const int K = 2880, KB = fp8::blocks(K);
+  struct Case {
+    int N;
+    std::vector<int> lens;  // rows of each expert, multiples of 4 as sorted
+  };
+  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}}) {
+    const int N = c.N, E = int(c.lens.size());
+    std::vector<int32_t> seg = {0};
+    for (int n : c.lens) seg.push_back(seg.back() + n);
+    const int P = seg[E], rows = P + 8;
+    SCOPED_TRACE("N " + std::to_string(N) + ", " + std::to_string(E) + " experts, " + std::to_string(P) + " rows");
+    const fp8::Matrix W = random_experts(E, N, K, 70);
+    auto x = randf(size_t(rows) * K, 71, 2.0f);
+    if (c.lens[0] == 4) std::fill(x.begin() + K, x.begin() + 4 * size_t(K), 0.0f);  // expert 0: one real row
+    // The same scales laid out [K/128][N] per expert.
+    const size_t row_per = size_t(KB) * N;
+    std::vector<float> wrow(size_t(E) * row_per);
+    for (int e = 0; e < E; ++e)
+      for (int kb = 0; kb < KB; ++kb)
+        for (int n = 0; n < N; ++n)
+          wrow[e * row_per + size_t(kb) * N + n] = W.scale(e)[size_t(n / 128) * W.scale_stride() + kb];
+    std::vector<float> ref(size_t(P) * N);
+    for (int e = 0; e < E; ++e)
+      if (c.lens[e])
+        cpu::f32_fp8w_matmul(x.data() + size_t(seg[e]) * K, W.data(e), W.scale(e), W.scale_stride(), nullptr,
+                             ref.data() + size_t(seg[e]) * N, c.lens[e], N, K);
+    DevFp8 dW(W);
+    Dev<float> dwrow(wrow), dx(x), xs(size_t(KB) * rows + 64);
+    Dev<int32_t> dseg(seg);
+    Dev<uint8_t> xq(size_t(rows) * K);
+    cuda::quantize_act_1x128(dx.p, nullptr, P, K, xq.p, xs.p, cuda::ActScales::by_expert(dseg.p, E), nullptr);
+    for (auto mode : {cuda::WeightScales::Block128x128, cuda::WeightScales::Row1x128}) {
+      SCOPED_TRACE(mode == cuda::WeightScales::Row1x128 ? "1x128 weight scales" : "128x128 weight scales");
+      Dev<float> y(size_t(rows) * N);
+      const bool row = mode == cuda::WeightScales::Row1x128;
+      cuda::m_grouped_fp8_gemm_nt_contiguous({.seg = dseg.p, .experts = E, .x = xq.p, .xs = xs.p, .rows = rows,
+                                              .w = dW.q.p, .ws = row ? dwrow.p : dW.s.p,
+                                              .ws_per = row ? row_per : W.scales_per_matrix(), .wmode = mode,
+                                              .y = y.p, .N = N, .K = K},
+                                             nullptr);
+      const auto got = y.get();
+      const std::vector<float> head(got.begin(), got.begin() + size_t(P) * N);
+      // The tensor cores' FP8 block sums are ~1-2e-4 from exact fp32 ones (as cuBLASLt's); a wrong
+      // tile, scale or row gives O(1).
+      EXPECT_LT(rel_err(head, ref), 5e-4);
+      for (int e = 0; e < E; ++e)
+        if (c.lens[e]) {
+          const std::vector<float> a(got.begin() + size_t(seg[e]) * N, got.begin() + size_t(seg[e + 1]) * N),
+              b(ref.begin() + size_t(seg[e]) * N, ref.begin() + size_t(seg[e + 1]) * N);
+          EXPECT_LT(rel_err(a, b), 5e-4) << "expert " << e;
+        }
+      if (c.lens[0] == 4) {
+        for (int r = 1; r < 4; ++r)
+          for (int n = 0; n < N; ++n) ASSERT_EQ(got[size_t(r) * N + n], 0.0f) << "zero row " << r;
+      }
+      uint32_t bits;
+      for (size_t i = size_t(P) * N; i < got.size(); ++i) {
+        std::memcpy(&bits, &got[i], 4);
+        ASSERT_EQ(bits, 0xFFFFFFFFu) << "written past the last segment at " << i;
+      }
+    }
+  }
 }
 
 // Random keys or values, rounded to BF16 as the cache stores them.

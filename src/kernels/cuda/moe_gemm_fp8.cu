@@ -1,0 +1,296 @@
+// The grouped FP8 GEMM of a prompt chunk's experts (moe_gemm_fp8.cuh), DeepGEMM's contiguous
+// layout on Hopper: a persistent grid of one block an SM walks the (expert row tile, column tile)
+// pairs, column tiles inner. A tile is 128 rows by 256 columns. Per block, one producer thread
+// streams each K block's 128x128 boxes of the rows and of the weights with TMA (128-byte swizzle)
+// and their scales with bulk copies into a ring of four stages; its warpgroup hands its registers
+// to the two consumer warpgroups (setmaxnreg). Consumer c takes rows 64c .. 64c + 63: per K block
+// and per 128-column half, four wgmma m64n128k32 into fp32 block sums, folded into the
+// accumulators times the row's and the weights' scales (the block-scaled promotion, the same
+// operations in the same order as cuBLASLt's: the outputs are bit-identical to its, probe call 5).
+//
+// Tiles: each expert's rows are cut into tiles of 128 from its first row; a tile past the
+// expert's end reads the next expert's rows (or TMA's zeros past the buffer) and does not store
+// them. K = 2,880 is 22.5 blocks of 128: the last box reads 64 columns and zeros past K (in the
+// rows and in the weights), and the last scale covers it as the checkpoint's does. N = 2,880 (the
+// second GEMM) ends in a quarter tile that reads the next expert's weight rows (or zeros) and
+// stores only its own columns. The row tiles' starts are a prefix sum over the experts that every
+// block computes from seg at its start: no host round trip.
+#include "kernels/cuda/moe_gemm_fp8.cuh"
+
+#include <cudaTypedefs.h>
+
+#include <string>
+
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/sm90.cuh"
+
+namespace osprey::cuda {
+namespace {
+
+constexpr int kBM = 128, kBK = 128, kThreads = 384, kMaxExperts = 256;
+constexpr int kConsumerWarps = 8;
+
+// What the model runs (bench/probes/grouped_fp8_gemm.cu, call 5 of the twentieth session: 256
+// columns with 4 stages beat 128 columns with 4 or 6 stages, and 3 stages, at 8,192 tokens over
+// 32 and 128 experts).
+constexpr int kTileCols = 256, kTileStages = 4;
+
+// A tile of 128 rows by kHalves x 128 columns, a ring of kStages_ K blocks.
+template <int kHalves, int kStages_>
+struct Ring {
+  static constexpr int kBN = 128 * kHalves, kStages = kStages_;
+  struct Smem {
+    uint8_t a[kStages][kBM * kBK];  // rows' codes, swizzled (1,024-byte aligned)
+    uint8_t b[kStages][kBN * kBK];  // weights' codes, swizzled
+    float as[kStages][kBM];         // the rows' scales of the stage's K block
+    float bs[kStages][kBN];         // the weights' column scales (Row1x128)
+    uint64_t full[kStages], empty[kStages];
+    int seg[kMaxExperts + 1];
+    int tile_start[kMaxExperts + 1];  // first row tile of each expert; [experts]: the total
+  };
+  static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+};
+
+struct Args {
+  const int32_t* seg;
+  int experts;
+  const float* xs;
+  const float* ws;
+  size_t ws_per;
+  int ws_ld;  // Block128x128: scales of a block row
+  float* y;
+  int N, KB, NB;
+};
+
+// Tile t of the walk: row tile mt = t / NB (expert e's tile mb), column tile nb.
+struct Tile {
+  int e, mb, nb;
+};
+template <class S>
+__device__ inline Tile tile_of(const S& s, int experts, int NB, int t) {
+  const int mt = t / NB;
+  int lo = 0, hi = experts - 1;  // the last expert whose first tile is at most mt (the one that owns it)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (s.tile_start[mid] <= mt) lo = mid;
+    else hi = mid - 1;
+  }
+  return {lo, mt - s.tile_start[lo], t - mt * NB};
+}
+
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true>
+__global__ void __launch_bounds__(kThreads, 1)
+    m_grouped_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, Args g) {
+  using R = Ring<kHalves, kStagesT>;
+  using Smem = typename R::Smem;
+  constexpr int kBN = R::kBN, kStages = R::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int tid = threadIdx.x, E = g.experts;
+  if (tid <= E) s.seg[tid] = g.seg[tid];
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) sm90::mbar_init(&s.full[i], 1), sm90::mbar_init(&s.empty[i], kConsumerWarps);
+    sm90::mbar_fence_init();
+    sm90::tma_prefetch_descriptor(&tx), sm90::tma_prefetch_descriptor(&tw);
+  }
+  __syncthreads();
+  if (tid < 32) {  // each lane sums the row tiles of 8 experts; an exclusive scan gives the starts
+    int cnt[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = tid * 8 + i;
+      cnt[i] = e < E ? (s.seg[e + 1] - s.seg[e] + kBM - 1) / kBM : 0;
+      sum += cnt[i];
+    }
+    int incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (tid >= o) incl += v;
+    }
+    int run = incl - sum;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = tid * 8 + i;
+      if (e < E) s.tile_start[e] = run;
+      run += cnt[i];
+    }
+    if (tid == 31) s.tile_start[E] = incl;
+  }
+  __syncthreads();
+  const int total = s.tile_start[E] * g.NB;
+  const int wg = tid / 128;
+
+  if (wg == 0) {  // the producer: one thread; its warpgroup gives its registers to the consumers
+    if constexpr (kRegs) sm90::setmaxnreg_dec<40>();
+    if (tid != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      const Tile T = tile_of(s, E, g.NB, t);
+      const int len = s.seg[T.e + 1] - s.seg[T.e], r0 = s.seg[T.e] + T.mb * kBM;
+      const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
+      const float* xs = g.xs + size_t(g.KB) * s.seg[T.e] + T.mb * kBM;
+      const float* ws = g.ws + T.e * g.ws_per + n0;
+      for (int kb = 0; kb < g.KB; ++kb) {
+        sm90::mbar_wait(&s.empty[stage], phase ^ 1);
+        const uint32_t bytes = (kBM + kBN) * kBK + 4 * rows + (kRowScales ? 4 * cols : 0);
+        sm90::mbar_arrive_expect_tx(&s.full[stage], bytes);
+        sm90::tma_load_2d(s.a[stage], &tx, &s.full[stage], kb * kBK, r0);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h)
+          sm90::tma_load_2d(s.b[stage] + h * 128 * kBK, &tw, &s.full[stage], kb * kBK, T.e * g.N + n0 + 128 * h);
+        sm90::bulk_load(s.as[stage], xs + size_t(kb) * len, 4 * rows, &s.full[stage]);
+        if (kRowScales) sm90::bulk_load(s.bs[stage], ws + size_t(kb) * g.N, 4 * cols, &s.full[stage]);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  // The consumers: warpgroup c takes rows 64c .. 64c + 63 of each tile.
+  if constexpr (kRegs) sm90::setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int rl = c * 64 + warp * 16 + lane / 4;  // this thread's rows rl and rl + 8 of the tile
+  const int cl = 2 * (lane % 4);                 // and columns 128h + 8j + cl + {0, 1}
+  int stage = 0;
+  uint32_t phase = 0;
+  float tmp[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
+  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    const Tile T = tile_of(s, E, g.NB, t);
+    const int seg_e = s.seg[T.e], len = s.seg[T.e + 1] - seg_e, r0 = seg_e + T.mb * kBM;
+    const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
+    const float* wsb = g.ws + T.e * g.ws_per + size_t(T.nb * kHalves) * g.ws_ld;
+    float acc[64 * kHalves];
+#pragma unroll
+    for (int i = 0; i < 64 * kHalves; ++i) acc[i] = 0.0f;
+    for (int kb = 0; kb < g.KB; ++kb) {
+      float sw[kHalves];
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) sw[h] = kRowScales ? 1.0f : __ldg(wsb + size_t(h) * g.ws_ld + kb);
+      sm90::mbar_wait(&s.full[stage], phase);
+      const uint32_t a0 = sm90::smem_u32(s.a[stage]) + c * 64 * kBK;
+      const float as0 = s.as[stage][rl], as1 = s.as[stage][rl + 8];
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        const uint32_t b0 = sm90::smem_u32(s.b[stage]) + h * 128 * kBK;
+        sm90::fence_regs(tmp);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk)
+          sm90::wgmma_m64n128k32_e4m3(tmp, sm90::desc_k128_swizzle(a0 + kk * 32),
+                                       sm90::desc_k128_swizzle(b0 + kk * 32), kk > 0);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(tmp);
+        const float sa0 = as0 * sw[h], sa1 = as1 * sw[h];
+        float* ah = acc + 64 * h;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          if (kRowScales) {
+            const float2 w = *reinterpret_cast<const float2*>(&s.bs[stage][128 * h + 8 * j + cl]);
+            ah[4 * j + 0] = fmaf(tmp[4 * j + 0] * sa0, w.x, ah[4 * j + 0]);
+            ah[4 * j + 1] = fmaf(tmp[4 * j + 1] * sa0, w.y, ah[4 * j + 1]);
+            ah[4 * j + 2] = fmaf(tmp[4 * j + 2] * sa1, w.x, ah[4 * j + 2]);
+            ah[4 * j + 3] = fmaf(tmp[4 * j + 3] * sa1, w.y, ah[4 * j + 3]);
+          } else {
+            ah[4 * j + 0] = fmaf(tmp[4 * j + 0], sa0, ah[4 * j + 0]);
+            ah[4 * j + 1] = fmaf(tmp[4 * j + 1], sa0, ah[4 * j + 1]);
+            ah[4 * j + 2] = fmaf(tmp[4 * j + 2], sa1, ah[4 * j + 2]);
+            ah[4 * j + 3] = fmaf(tmp[4 * j + 3], sa1, ah[4 * j + 3]);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&s.empty[stage]);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = rl + 8 * h2;
+      if (r >= rows) continue;
+      float* yr = g.y + size_t(r0 + r) * g.N + n0;
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int col = 128 * h + 8 * j + cl;
+          if (col < cols)
+            *reinterpret_cast<float2*>(yr + col) = make_float2(acc[64 * h + 4 * j + 2 * h2], acc[64 * h + 4 * j + 2 * h2 + 1]);
+        }
+    }
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    OSPREY_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    if (!p || q != cudaDriverEntryPointSuccess) fail_plain("m_grouped_fp8_gemm_nt: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A [rows][cols] byte matrix read in 128 x 128 boxes, 128-byte swizzled.
+CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols};
+  const cuuint32_t box[2] = {kBK, kBM}, steps[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
+                                          box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail_plain("m_grouped_fp8_gemm_nt: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for a " +
+               std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
+  return m;
+}
+
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true>
+void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
+  using R = Ring<kHalves, kStagesT>;
+  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs>;
+  static const bool configured = [&] {
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(R::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap tx = box128_map(g.x, uint64_t(g.rows), uint64_t(g.K));
+  const CUtensorMap tw = box128_map(g.w, uint64_t(g.experts) * g.N, uint64_t(g.K));
+  // Row tiles: at most rows / 128 whole ones plus one partial an expert.
+  const long tiles = (long(g.rows) / kBM + g.experts) * a.NB;
+  const int grid = int(std::min<long>(sm_count(), tiles));
+  kernel<<<grid, kThreads, R::kSmemBytes, st>>>(tx, tw, a);
+  OSPREY_CUDA_CHECK(cudaGetLastError());
+}
+
+Args args_of(const GroupedFp8Gemm& g, int bn) {
+  const int KB = (g.K + kBK - 1) / kBK;
+  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn};
+}
+
+void check(const GroupedFp8Gemm& g, const char* what) {
+  if (!m_grouped_fp8_gemm_nt_supported(g.N, g.K, g.experts))
+    fail_plain(std::string(what) + ": needs K % 16 == 0, N % 4 == 0 and 1 to 256 experts (got N " +
+               std::to_string(g.N) + ", K " + std::to_string(g.K) + ", " + std::to_string(g.experts) + " experts)");
+  if (!g.seg || !g.x || !g.xs || !g.w || !g.ws || g.rows < 1) fail_plain(std::string(what) + ": missing operands");
+}
+
+}  // namespace
+
+bool m_grouped_fp8_gemm_nt_supported(int N, int K, int experts) {
+  return K >= 16 && K % 16 == 0 && N >= 4 && N % 4 == 0 && experts >= 1 && experts <= kMaxExperts;
+}
+
+void m_grouped_fp8_gemm_nt_contiguous(const GroupedFp8Gemm& g, cudaStream_t st) {
+  check(g, "m_grouped_fp8_gemm_nt_contiguous");
+  if (!g.y) fail_plain("m_grouped_fp8_gemm_nt_contiguous: no output");
+  const Args a = args_of(g, kTileCols);
+  if (g.wmode == WeightScales::Row1x128) launch<true, kTileCols / 128, kTileStages>(g, a, st);
+  else launch<false, kTileCols / 128, kTileStages>(g, a, st);
+}
+
+}  // namespace osprey::cuda
