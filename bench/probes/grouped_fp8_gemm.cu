@@ -3,7 +3,9 @@
 // - cuBLASLt per expert (the path before the grouped kernel: the segments on the host, one GEMM
 //   per expert that has rows), fp32 out, then the SwiGLU kernel for the first GEMM;
 // - variants of the grouped wgmma kernel (kernels/cuda/moe_gemm_fp8.cu, included here so that its
-//   templates can be instantiated): column tile 128 or 256, ring stages, the register split.
+//   templates can be instantiated): column tile 128 or 256, ring stages, the register split, and
+//   pairs of blocks (clusters of two) that share each row tile or each weight tile through TMA
+//   multicast.
 //   (The branch experiments/grouped-swiglu-epilogue adds a SwiGLU epilogue variant: call 5 of the
 //   twentieth session measured it 1.5x slower than the GEMM then the SwiGLU kernel.)
 // Prints microseconds a launch (median of 15 after 3 warm-ups) and TFLOP/s of the real rows
@@ -152,6 +154,9 @@ void run(const Shape& sh) {
   plain("grouped, 128 cols, 4 stages", [](auto& g, auto& a) { launch<false, 1, 4>(g, a, nullptr); }, 128);
   plain("grouped, 256 cols, 4 stages (production)", [](auto& g, auto& a) { launch<false, 2, 4>(g, a, nullptr); }, 256);
   plain("grouped, 256 cols, 3 stages", [](auto& g, auto& a) { launch<false, 2, 3>(g, a, nullptr); }, 256);
+  plain("pairs sharing rows, 256 cols, 4 stages", [](auto& g, auto& a) { launch<false, 2, 4, true, kShareRows>(g, a, nullptr); }, 256);
+  plain("pairs sharing rows, 128 cols, 6 stages", [](auto& g, auto& a) { launch<false, 1, 6, true, kShareRows>(g, a, nullptr); }, 128);
+  plain("pairs sharing weights, 256 cols, 4 stages", [](auto& g, auto& a) { launch<false, 2, 4, true, kShareWeights>(g, a, nullptr); }, 256);
   plain("grouped, 256 cols, 4 stages, 1x128 weight scales", [](auto& g, auto& a) { launch<true, 2, 4>(g, a, nullptr); }, 256);
 }
 

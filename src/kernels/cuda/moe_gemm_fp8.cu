@@ -34,6 +34,7 @@ constexpr int kConsumerWarps = 8;
 // columns with 4 stages beat 128 columns with 4 or 6 stages, and 3 stages, at 8,192 tokens over
 // 32 and 128 experts).
 constexpr int kTileCols = 256, kTileStages = 4;
+constexpr int kTileShare = 0;  // Share: kShareNone
 
 // A tile of 128 rows by kHalves x 128 columns, a ring of kStages_ K blocks.
 template <int kHalves, int kStages_>
@@ -62,95 +63,55 @@ struct Args {
   int N, KB, NB;
 };
 
-// Tile t of the walk: row tile mt = t / NB (expert e's tile mb), column tile nb.
+// A tile of the walk: expert e's row tile mb, column tile nb.
 struct Tile {
   int e, mb, nb;
 };
+// Row tile mt of the walk (every expert's row tiles in order), column tile nb.
 template <class S>
-__device__ inline Tile tile_of(const S& s, int experts, int NB, int t) {
-  const int mt = t / NB;
+__device__ inline Tile tile_of(const S& s, int experts, int mt, int nb) {
   int lo = 0, hi = experts - 1;  // the last expert whose first tile is at most mt (the one that owns it)
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
     if (s.tile_start[mid] <= mt) lo = mid;
     else hi = mid - 1;
   }
-  return {lo, mt - s.tile_start[lo], t - mt * NB};
+  return {lo, mt - s.tile_start[lo], nb};
 }
 
-template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true>
-__global__ void __launch_bounds__(kThreads, 1)
-    m_grouped_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, Args g) {
-  using R = Ring<kHalves, kStagesT>;
-  using Smem = typename R::Smem;
-  constexpr int kBN = R::kBN, kStages = R::kStages;
-  extern __shared__ uint8_t smem_raw[];
-  Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const int tid = threadIdx.x, E = g.experts;
-  if (tid <= E) s.seg[tid] = g.seg[tid];
-  if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) sm90::mbar_init(&s.full[i], 1), sm90::mbar_init(&s.empty[i], kConsumerWarps);
-    sm90::mbar_fence_init();
-    sm90::tma_prefetch_descriptor(&tx), sm90::tma_prefetch_descriptor(&tw);
-  }
-  __syncthreads();
-  if (tid < 32) {  // each lane sums the row tiles of 8 experts; an exclusive scan gives the starts
-    int cnt[8], sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int e = tid * 8 + i;
-      cnt[i] = e < E ? (s.seg[e + 1] - s.seg[e] + kBM - 1) / kBM : 0;
-      sum += cnt[i];
-    }
-    int incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (tid >= o) incl += v;
-    }
-    int run = incl - sum;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int e = tid * 8 + i;
-      if (e < E) s.tile_start[e] = run;
-      run += cnt[i];
-    }
-    if (tid == 31) s.tile_start[E] = incl;
-  }
-  __syncthreads();
-  const int total = s.tile_start[E] * g.NB;
-  const int wg = tid / 128;
+// How the two blocks of a cluster share a tile's operands: not at all (no clusters), the row tile
+// (each loads half of the rows into both, TMA multicast; they take adjacent column tiles), or the
+// weight tile (each loads one 128-row half of the weights into both; they take adjacent row tiles
+// of one expert).
+enum Share { kShareNone = 0, kShareRows = 1, kShareWeights = 2 };
 
-  if (wg == 0) {  // the producer: one thread; its warpgroup gives its registers to the consumers
-    if constexpr (kRegs) sm90::setmaxnreg_dec<40>();
-    if (tid != 0) return;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
-      const Tile T = tile_of(s, E, g.NB, t);
-      const int len = s.seg[T.e + 1] - s.seg[T.e], r0 = s.seg[T.e] + T.mb * kBM;
-      const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
-      const float* xs = g.xs + size_t(g.KB) * s.seg[T.e] + T.mb * kBM;
-      const float* ws = g.ws + T.e * g.ws_per + n0;
-      for (int kb = 0; kb < g.KB; ++kb) {
-        sm90::mbar_wait(&s.empty[stage], phase ^ 1);
-        const uint32_t bytes = (kBM + kBN) * kBK + 4 * rows + (kRowScales ? 4 * cols : 0);
-        sm90::mbar_arrive_expect_tx(&s.full[stage], bytes);
-        sm90::tma_load_2d(s.a[stage], &tx, &s.full[stage], kb * kBK, r0);
-#pragma unroll
-        for (int h = 0; h < kHalves; ++h)
-          sm90::tma_load_2d(s.b[stage] + h * 128 * kBK, &tw, &s.full[stage], kb * kBK, T.e * g.N + n0 + 128 * h);
-        sm90::bulk_load(s.as[stage], xs + size_t(kb) * len, 4 * rows, &s.full[stage]);
-        if (kRowScales) sm90::bulk_load(s.bs[stage], ws + size_t(kb) * g.N, 4 * cols, &s.full[stage]);
-        if (++stage == kStages) stage = 0, phase ^= 1;
-      }
-    }
-    return;
+// The walk of one block: units u = first, first + step, ...; a unit is (row tile, column tile),
+// or for pairs (row tile, column tile pair) with kShareRows, (row tile pair, column tile) with
+// kShareWeights (row tile starts then count pairs). This block takes its rank's tile of the pair;
+// past the end (NB, or the expert's row tiles) it loads its share for its peer and stores nothing.
+template <int kShare>
+struct Walk {
+  int first, step, per_row, rank;
+  __device__ Walk(int NB, uint32_t r) {
+    rank = int(r);
+    first = kShare ? blockIdx.x / 2 : blockIdx.x;
+    step = kShare ? gridDim.x / 2 : gridDim.x;
+    per_row = kShare == kShareRows ? (NB + 1) / 2 : NB;
   }
+  template <class S>
+  __device__ Tile tile(const S& s, int experts, int u) const {
+    const int mt = u / per_row, c = u - mt * per_row;
+    Tile t = tile_of(s, experts, mt, kShare == kShareRows ? 2 * c + rank : c);
+    if (kShare == kShareWeights) t.mb = 2 * t.mb + rank;
+    return t;
+  }
+};
 
-  // The consumers: warpgroup c takes rows 64c .. 64c + 63 of each tile.
-  if constexpr (kRegs) sm90::setmaxnreg_inc<232>();
-  const int c = wg - 1, warp = (tid / 32) % 4, lane = tid % 32;
+// The loop of consumer warpgroup c (0 or 1): rows 64c .. 64c + 63 of each tile.
+template <bool kRowScales, int kHalves, int kShare, class S>
+__device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, int total, int c, uint32_t peer) {
+  constexpr int kBN = 128 * kHalves, kStages = sizeof(s.full) / sizeof(s.full[0]);
+  const int E = g.experts, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int rl = c * 64 + warp * 16 + lane / 4;  // this thread's rows rl and rl + 8 of the tile
   const int cl = 2 * (lane % 4);                 // and columns 128h + 8j + cl + {0, 1}
   int stage = 0;
@@ -158,9 +119,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float tmp[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
-  for (int t = blockIdx.x; t < total; t += gridDim.x) {
-    const Tile T = tile_of(s, E, g.NB, t);
+  for (int u = walk.first; u < total; u += walk.step) {
+    const Tile T = walk.tile(s, E, u);
     const int seg_e = s.seg[T.e], len = s.seg[T.e + 1] - seg_e, r0 = seg_e + T.mb * kBM;
+    // rows or cols <= 0: a pair's spare tile
     const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
     const float* wsb = g.ws + T.e * g.ws_per + size_t(T.nb * kHalves) * g.ws_ld;
     float acc[64 * kHalves];
@@ -169,7 +131,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kb = 0; kb < g.KB; ++kb) {
       float sw[kHalves];
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) sw[h] = kRowScales ? 1.0f : __ldg(wsb + size_t(h) * g.ws_ld + kb);
+      for (int h = 0; h < kHalves; ++h)
+        sw[h] = kRowScales || cols <= 0 ? 1.0f : __ldg(wsb + size_t(h) * g.ws_ld + kb);
       sm90::mbar_wait(&s.full[stage], phase);
       const uint32_t a0 = sm90::smem_u32(s.a[stage]) + c * 64 * kBK;
       const float as0 = s.as[stage][rl], as1 = s.as[stage][rl + 8];
@@ -204,7 +167,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&s.empty[stage]);
+      if (lane == 0) {
+        sm90::mbar_arrive(&s.empty[stage]);
+        if constexpr (kShare != kShareNone) sm90::mbar_arrive_cluster(&s.empty[stage], peer);
+      }
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
 #pragma unroll
@@ -224,6 +190,97 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
+__global__ void __launch_bounds__(kThreads, 1)
+    m_grouped_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, Args g) {
+  using R = Ring<kHalves, kStagesT>;
+  using Smem = typename R::Smem;
+  constexpr int kBN = R::kBN, kStages = R::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int tid = threadIdx.x, E = g.experts;
+  static_assert(kShare != kShareWeights || kHalves == 2, "weight halves are 128-row boxes");
+  const uint32_t rank = kShare ? sm90::cluster_ctarank() : 0, peer = rank ^ 1;
+  if (tid <= E) s.seg[tid] = g.seg[tid];
+  if (tid == 0) {
+    // A stage is free when the consumers of both blocks of a pair have read it.
+    for (int i = 0; i < kStages; ++i)
+      sm90::mbar_init(&s.full[i], 1), sm90::mbar_init(&s.empty[i], kConsumerWarps * (kShare ? 2 : 1));
+    sm90::mbar_fence_init();
+    sm90::tma_prefetch_descriptor(&tx), sm90::tma_prefetch_descriptor(&tw);
+  }
+  __syncthreads();
+  if (tid < 32) {  // each lane sums the row tiles of 8 experts; an exclusive scan gives the starts
+    int cnt[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = tid * 8 + i;
+      cnt[i] = e < E ? (s.seg[e + 1] - s.seg[e] + kBM - 1) / kBM : 0;
+      if (kShare == kShareWeights) cnt[i] = (cnt[i] + 1) / 2;
+      sum += cnt[i];
+    }
+    int incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (tid >= o) incl += v;
+    }
+    int run = incl - sum;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = tid * 8 + i;
+      if (e < E) s.tile_start[e] = run;
+      run += cnt[i];
+    }
+    if (tid == 31) s.tile_start[E] = incl;
+  }
+  __syncthreads();
+  if constexpr (kShare != kShareNone) sm90::cluster_sync();  // the peer's barriers exist before any arrives on them
+  const Walk<kShare> walk(g.NB, rank);
+  const int total = s.tile_start[E] * walk.per_row;
+  const int wg = tid / 128;
+
+  if (wg == 0) {  // the producer: one thread; its warpgroup gives its registers to the consumers
+    if constexpr (kRegs) sm90::setmaxnreg_dec<40>();
+    if (tid == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int u = walk.first; u < total; u += walk.step) {
+        const Tile T = walk.tile(s, E, u);
+        const int len = s.seg[T.e + 1] - s.seg[T.e], r0 = s.seg[T.e] + T.mb * kBM;
+        const int rows = max(0, min(kBM, len - T.mb * kBM)), n0 = T.nb * kBN, cols = max(0, min(kBN, g.N - n0));
+        const float* xs = g.xs + size_t(g.KB) * s.seg[T.e] + T.mb * kBM;
+        const float* ws = g.ws + T.e * g.ws_per + n0;
+        for (int kb = 0; kb < g.KB; ++kb) {
+          sm90::mbar_wait(&s.empty[stage], phase ^ 1);
+          const uint32_t bytes = (kBM + kBN) * kBK + 4 * rows + (kRowScales ? 4 * cols : 0);
+          sm90::mbar_arrive_expect_tx(&s.full[stage], bytes);
+          if constexpr (kShare == kShareRows)  // this block's half of the rows, into both blocks
+            sm90::tma_load_2d_multicast(s.a[stage] + rank * (kBM / 2) * kBK, &tx, &s.full[stage], kb * kBK,
+                                        r0 + int(rank) * (kBM / 2), 0x3);
+          else
+            sm90::tma_load_2d(s.a[stage], &tx, &s.full[stage], kb * kBK, r0);
+          if constexpr (kShare == kShareWeights) {  // this block's half of the weights, into both blocks
+            sm90::tma_load_2d_multicast(s.b[stage] + rank * 128 * kBK, &tw, &s.full[stage], kb * kBK,
+                                        T.e * g.N + n0 + 128 * int(rank), 0x3);
+          } else {
+#pragma unroll
+            for (int h = 0; h < kHalves; ++h)
+              sm90::tma_load_2d(s.b[stage] + h * 128 * kBK, &tw, &s.full[stage], kb * kBK, T.e * g.N + n0 + 128 * h);
+          }
+          if (rows > 0) sm90::bulk_load(s.as[stage], xs + size_t(kb) * len, 4 * rows, &s.full[stage]);
+          if (kRowScales && cols > 0) sm90::bulk_load(s.bs[stage], ws + size_t(kb) * g.N, 4 * cols, &s.full[stage]);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {  // the consumers: warpgroup c takes rows 64c .. 64c + 63 of each tile
+    if constexpr (kRegs) sm90::setmaxnreg_inc<232>();
+    consume<kRowScales, kHalves, kShare>(s, g, walk, total, wg - 1, peer);
+  }
+  if constexpr (kShare != kShareNone) sm90::cluster_sync();  // no block leaves while its peer may still signal it
+}
+
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* p = nullptr;
@@ -235,11 +292,11 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A [rows][cols] byte matrix read in 128 x 128 boxes, 128-byte swizzled.
-CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols) {
+// A [rows][cols] byte matrix read in boxes of 128 columns by box_rows, 128-byte swizzled.
+CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows = kBM) {
   CUtensorMap m;
   const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols};
-  const cuuint32_t box[2] = {kBK, kBM}, steps[2] = {1, 1};
+  const cuuint32_t box[2] = {kBK, box_rows}, steps[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
                                           box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -249,21 +306,32 @@ CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols) {
   return m;
 }
 
-template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true>
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
 void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
   using R = Ring<kHalves, kStagesT>;
-  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs>;
+  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs, kShare>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(R::kSmemBytes)));
     return true;
   }();
   (void)configured;
-  const CUtensorMap tx = box128_map(g.x, uint64_t(g.rows), uint64_t(g.K));
+  const CUtensorMap tx = box128_map(g.x, uint64_t(g.rows), uint64_t(g.K), kShare == kShareRows ? kBM / 2 : kBM);
   const CUtensorMap tw = box128_map(g.w, uint64_t(g.experts) * g.N, uint64_t(g.K));
   // Row tiles: at most rows / 128 whole ones plus one partial an expert.
   const long tiles = (long(g.rows) / kBM + g.experts) * a.NB;
-  const int grid = int(std::min<long>(sm_count(), tiles));
-  kernel<<<grid, kThreads, R::kSmemBytes, st>>>(tx, tw, a);
+  int grid = int(std::min<long>(sm_count(), tiles));
+  if (kShare == kShareNone) {
+    kernel<<<grid, kThreads, R::kSmemBytes, st>>>(tx, tw, a);
+  } else {  // blocks in pairs (a cluster of two)
+    grid = std::max(2, grid / 2 * 2);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = R::kSmemBytes, cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    OSPREY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tx, tw, a));
+  }
   OSPREY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -289,8 +357,8 @@ void m_grouped_fp8_gemm_nt_contiguous(const GroupedFp8Gemm& g, cudaStream_t st) 
   check(g, "m_grouped_fp8_gemm_nt_contiguous");
   if (!g.y) fail_plain("m_grouped_fp8_gemm_nt_contiguous: no output");
   const Args a = args_of(g, kTileCols);
-  if (g.wmode == WeightScales::Row1x128) launch<true, kTileCols / 128, kTileStages>(g, a, st);
-  else launch<false, kTileCols / 128, kTileStages>(g, a, st);
+  if (g.wmode == WeightScales::Row1x128) launch<true, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
+  else launch<false, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
 }
 
 }  // namespace osprey::cuda

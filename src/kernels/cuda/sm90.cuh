@@ -46,6 +46,28 @@ __device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// ---- clusters -----------------------------------------------------------------------------
+__device__ inline uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster (exited ones do not count: call it before exiting).
+__device__ inline void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrival on the barrier at the same shared-memory offset in block `cta` of the cluster.
+__device__ inline void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(cta)
+      : "memory");
+}
+
 // ---- TMA and bulk copies (completion counted in bytes on `bar`) ---------------------------
 // A 2D box of the tensor map at element coordinates (c0 innermost, c1) into shared memory.
 // Elements outside the tensor arrive as zeros and count as bytes all the same.
@@ -54,6 +76,16 @@ __device__ inline void tma_load_2d(void* smem, const CUtensorMap* map, uint64_t*
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           smem_u32(smem)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+}
+// The same box into the same shared-memory offsets of every block of the cluster in `mask`, each
+// block's barrier at `bar`'s offset counting the bytes.
+__device__ inline void tma_load_2d_multicast(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                             uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(smem_u32(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(mask)
       : "memory");
 }
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into shared memory.
