@@ -261,15 +261,16 @@ TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
 // expert by expert, with both weight-scale layouts (the 1x128 scales hold the 128x128 blocks'
 // values, so both twins are the same product). Awkward segments: an expert with one real row and
 // three zero rows, experts without rows, partial row tiles (132, 260, 516 rows), one expert that
-// gets every row, N = 320 and 2,880 ending in half column tiles, K = 2,880 ending in a half K
-// block. Rows past the last segment stay as they were.
+// gets every row, N = 320, 640 and 2,880 ending in partial column tiles (640: an odd count of
+// 256-column tiles, 2,880: an odd count of row tiles, for blocks that pair them), K = 2,880 ending
+// in a half K block. Rows past the last segment stay as they were.
 TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
   const int K = 2880, KB = fp8::blocks(K);
   struct Case {
     int N;
     std::vector<int> lens;  // rows of each expert, multiples of 4 as sorted
   };
-  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}}) {
+  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}, Case{640, {132, 8}}}) {
     const int N = c.N, E = int(c.lens.size());
     std::vector<int32_t> seg = {0};
     for (int n : c.lens) seg.push_back(seg.back() + n);
