@@ -530,7 +530,8 @@ struct GptOssCudaFp8::Impl {
   struct Pass {
     int decode_rows = 0;
     std::vector<Prompt> prompts;
-    bool lt_dense = false, lt_moe = false;  // cuBLASLt for the dense GEMMs of 32+ rows / cuBLAS(Lt) for the experts
+    // cuBLASLt for the dense GEMMs of 32+ rows / the grouped wgmma GEMM (or cuBLAS, BF16) for the experts
+    bool lt_dense = false, lt_moe = false;
     int attn_splits = 1;                    // decode attention: KV splits of the full layers
     // Some slot has several decode rows (a verify chunk): a row's earlier positions may be written
     // by this layer's rope kernel, so attention must not load them before its PDL wait.

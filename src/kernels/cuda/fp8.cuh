@@ -3,7 +3,9 @@
 // moe_route.cu (the MoE's norm, router, top-k softmax and sort by expert, one kernel),
 // gemm_fp8.cu (FP8 GEMMs of few rows on the tensor cores, mma.sync e4m3, for decode steps and every
 // GEMM with few rows: fp8_gemm_dense and m_grouped_fp8_gemm_contiguous; beside cuBLASLt's block-scaled GEMM,
-// gemm_fp8.cuh), moe_combine.cu (the experts' SwiGLU quantized for the second GEMM, the combine).
+// gemm_fp8.cuh), moe_gemm_fp8.cu (the experts of long prompt chunks: one grouped wgmma GEMM a
+// layer, moe_gemm_fp8.cuh), moe_combine.cu (the experts' SwiGLU quantized for the second GEMM, the
+// combine).
 // The MXFP4 experts' GEMMs are moe_gemm_mxfp4.cuh's. Formats and the CPU twins are in
 // formats/fp8.h and kernels/cpu/ops.h.
 #pragma once

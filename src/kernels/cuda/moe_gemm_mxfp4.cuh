@@ -79,9 +79,10 @@ void mxfp4_experts_to_bf16(const Mxfp4ExpertsView& W, const int32_t* seg, bf16* 
 // (formats/mxfp4.h mxfp4_to_fp8, bit for bit): codes [experts][N][K], each expert's scales at
 // scales + e * scales_per_expert in mxfp4_to_fp8's layout for block_rows (1: [KB][N]; 128:
 // [round4(NB)][round4(KB)], whose Smax per block comes from smax [experts][ceil(N/128)][KB],
-// mxfp4_fp8_blocks). Other experts' buffers, and padding entries, are left as they are. For
-// cuBLASLt's FP8 GEMM (BlockFp8Gemm, WeightScales::Row1x128 or Block128x128) on FP8 activations:
-// the W4A8 prefill of long prompt chunks with FP8 dense layers.
+// mxfp4_fp8_blocks). Other experts' buffers, and padding entries, are left as they are. For the
+// grouped FP8 GEMM (moe_gemm_fp8.cuh, WeightScales::Row1x128 or Block128x128; cuBLASLt's
+// BlockFp8Gemm reads the same layouts) on FP8 activations: the W4A8 prefill of long prompt
+// chunks with FP8 dense layers.
 struct Mxfp4AsFp8 {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
