@@ -166,6 +166,9 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
           }
         }
       }
+      // The stage's scales were read with ld.shared; the producer's next bulk copy into the stage
+      // writes through the async proxy: every lane fences its reads before the warp releases it.
+      sm90::fence_proxy_async_shared();
       __syncwarp();
       if (lane == 0) {
         sm90::mbar_arrive(&s.empty[stage]);
@@ -345,6 +348,9 @@ void check(const GroupedFp8Gemm& g, const char* what) {
     fail_plain(std::string(what) + ": needs K % 16 == 0, N % 4 == 0 and 1 to 256 experts (got N " +
                std::to_string(g.N) + ", K " + std::to_string(g.K) + ", " + std::to_string(g.experts) + " experts)");
   if (!g.seg || !g.x || !g.xs || !g.w || !g.ws || g.rows < 1) fail_plain(std::string(what) + ": missing operands");
+  // The scales arrive by bulk copies of whole 16-byte units.
+  if ((reinterpret_cast<uintptr_t>(g.xs) | reinterpret_cast<uintptr_t>(g.ws)) % 16 || g.ws_per % 4)
+    fail_plain(std::string(what) + ": the scales must start 16-byte aligned, each expert's a multiple of 4 floats on");
 }
 
 }  // namespace

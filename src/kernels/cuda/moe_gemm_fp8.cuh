@@ -17,11 +17,11 @@ struct GroupedFp8Gemm {
   const int32_t* seg = nullptr;
   int experts = 0;
   const uint8_t* x = nullptr;  // codes [rows][K]
-  const float* xs = nullptr;   // scales by expert (ActScales::by_expert: expert e's [K/128][len_e] at K/128 * seg[e])
+  const float* xs = nullptr;   // scales by expert (ActScales::by_expert: expert e's [ceil(K/128)][len_e] at ceil(K/128) * seg[e])
   int rows = 0;                // the rows x holds (moe_rows_max)
   const uint8_t* w = nullptr;  // codes [experts][N][K]
   const float* ws = nullptr;   // expert e's scales at ws + e * ws_per:
-  size_t ws_per = 0;           //   Block128x128 [round4(N/128)][round4(K/128)], Row1x128 [K/128][N]
+  size_t ws_per = 0;           //   Block128x128 [round4(ceil(N/128))][round4(ceil(K/128))], Row1x128 [ceil(K/128)][N]
   WeightScales wmode = WeightScales::Block128x128;
   float* y = nullptr;  // [rows][N]; rows past seg[experts] are not written
   int N = 0, K = 0;
