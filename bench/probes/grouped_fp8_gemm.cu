@@ -27,55 +27,26 @@
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
+#include "model/moe_timing_inputs.cuh"
+#include "probe_timing.cuh"
 
 using namespace osprey::cuda;
+namespace moe_inputs = osprey::moe_inputs;
 
 namespace probe {
 
-__device__ inline uint32_t mix(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return uint32_t(z ^ (z >> 31));
-}
-__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = uint8_t(mix(i, seed) & 0x77);
-}
+using moe_inputs::mix;
+// Uniform in [lo, hi) (16 bits).
 __global__ void fill_f32(float* p, size_t n, uint32_t seed, float lo, float hi) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = lo + (hi - lo) * float(mix(i, seed) & 0xFFFF) / 65536.0f;
 }
-__global__ void fill_bf16(bf16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(float(mix(i, seed) & 0xFFFF) / 65536.0f - 0.5f);
-}
-template <class T>
-uint64_t checksum(const T* p, size_t n) {
-  std::vector<T> h(n);
-  OSPREY_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(h.data());
-  uint64_t x = 1469598103934665603ull;
-  for (size_t i = 0; i < n * sizeof(T); ++i) x = (x ^ b[i]) * 1099511628211ull;
-  return x;
-}
+using moe_inputs::fill_bf16;
+using moe_inputs::fill_fp8_codes;
+using osprey::probe::checksum;
 template <class F>
 float time_us(F&& f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a), cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < 15; ++i) {
-    cudaEventRecord(a);
-    f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.0f);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return osprey::probe::median_us(f, 15);
 }
 
 struct Shape {
@@ -103,8 +74,8 @@ void run(const Shape& sh) {
   DeviceArray<float> xs(size_t(KBh) * rows), ws1(E * sper1), ws2(E * sper2), as(size_t(KBi) * rows),
       qs(size_t(KBi) * rows), t1(size_t(rows) * 2 * I), y(size_t(rows) * H);
   DeviceArray<bf16> b1(size_t(E) * 2 * I);
-  fill_codes<<<1024, 256>>>(x.ptr, x.n, 1), fill_codes<<<1024, 256>>>(w1.ptr, w1.n, 2);
-  fill_codes<<<1024, 256>>>(w2.ptr, w2.n, 3), fill_codes<<<1024, 256>>>(a.ptr, a.n, 4);
+  fill_fp8_codes<<<1024, 256>>>(x.ptr, x.n, 1), fill_fp8_codes<<<1024, 256>>>(w1.ptr, w1.n, 2);
+  fill_fp8_codes<<<1024, 256>>>(w2.ptr, w2.n, 3), fill_fp8_codes<<<1024, 256>>>(a.ptr, a.n, 4);
   fill_f32<<<1024, 256>>>(xs.ptr, xs.n, 5, 0.01f, 0.02f), fill_f32<<<1024, 256>>>(ws1.ptr, ws1.n, 6, 0.01f, 0.02f);
   fill_f32<<<1024, 256>>>(ws2.ptr, ws2.n, 7, 0.01f, 0.02f), fill_f32<<<1024, 256>>>(as.ptr, as.n, 8, 0.01f, 0.02f);
   fill_bf16<<<1024, 256>>>(b1.ptr, b1.n, 9);

@@ -27,6 +27,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "model/moe_timing_inputs.cuh"
+#include "probe_timing.cuh"
 
 using namespace osprey::cuda;
 namespace moe_inputs = osprey::moe_inputs;
@@ -47,36 +48,8 @@ __global__ void fill_uniform_bf16(bf16* p, size_t n, uint32_t seed, float lo, fl
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16(lo + (hi - lo) * float(mix(i, seed) & 0xFFFF) / 65536.0f);
 }
-template <class T>
-uint64_t checksum(const DeviceArray<T>& a, size_t n) {
-  std::vector<T> h(n);
-  OSPREY_CUDA_CHECK(cudaMemcpy(h.data(), a.ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(h.data());
-  uint64_t x = 1469598103934665603ull;
-  for (size_t i = 0; i < n * sizeof(T); ++i) x = (x ^ b[i]) * 1099511628211ull;
-  return x;
-}
-
-template <class F>
-float median_us(F&& launch) {
-  for (int i = 0; i < 3; ++i) launch();
-  cudaEvent_t a, b;
-  OSPREY_CUDA_CHECK(cudaEventCreate(&a));
-  OSPREY_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < 20; ++i) {
-    OSPREY_CUDA_CHECK(cudaEventRecord(a));
-    launch();
-    OSPREY_CUDA_CHECK(cudaEventRecord(b));
-    OSPREY_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    OSPREY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0f);
-  }
-  OSPREY_CUDA_CHECK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using osprey::probe::checksum;
+using osprey::probe::median_us;
 
 void route(int T, int E) {
   const int H = 2880, k = 4, KB = (H + 127) / 128, ld = (T + 3) / 4 * 4, P = moe_rows_max(T, k, E);

@@ -20,17 +20,17 @@ __device__ inline uint32_t smem_u32(const void* p) { return uint32_t(__cvta_gene
 __device__ inline void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
-// Makes the initialized barriers visible to the async proxy (TMA); then a block barrier.
-__device__ inline void mbar_fence_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 // Orders this thread's earlier shared-memory accesses (generic proxy) before later async-proxy
 // accesses of the same memory: a consumer that read a stage with ld.shared runs it before it
 // releases the stage to the producer, whose next bulk copy or TMA load overwrites it (PTX ISA,
 // "Proxies": a cross-proxy fence is needed; the mbarrier's release/acquire orders only the
 // generic proxy).
 __device__ inline void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Makes the initialized barriers visible to the async proxy (TMA); then a block barrier.
+__device__ inline void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  fence_proxy_async_shared();
+}
 // The producer's arrival that also announces `bytes` to come from async copies.
 __device__ inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
