@@ -12,8 +12,9 @@ namespace osprey {
 PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape& a, int reps) {
   using cuda::bf16;
   const int T = a.tokens, d = a.head_dim, kvn = a.kv_heads * d, Q = a.heads * d, chunk = std::min(a.chunk, T);
-  const int pages = (T + cuda::kPage - 1) / cuda::kPage, ring = a.window + chunk;
-  const size_t kv_rows = a.window > 0 ? size_t(ring) : size_t(pages) * cuda::kPage;
+  // Paged for both kinds of layer, as the model keeps them.
+  const int pages = (T + cuda::kPage - 1) / cuda::kPage;
+  const size_t kv_rows = size_t(pages) * cuda::kPage;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<bf16> kv_host(kv_rows * kvn);
@@ -30,8 +31,8 @@ PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape& a, in
   // The model's split scratch holds a chunk's rows (or more): the same bound on the splits.
   const size_t scratch_floats = size_t(chunk) * a.heads * (d + 2);
   cuda::DeviceArray<float> scratch(scratch_floats);
-  cuda::KvLayerView L{.k = k.ptr, .v = v.ptr, .page_table = a.window > 0 ? nullptr : page_table.ptr,
-                      .max_pages = pages, .ring = a.window > 0 ? ring : 0, .kv_heads = a.kv_heads, .d = d};
+  cuda::KvLayerView L{.k = k.ptr, .v = v.ptr, .page_table = page_table.ptr, .max_pages = pages, .kv_heads = a.kv_heads,
+                      .d = d, .rows = int64_t(kv_rows)};
   cudaEvent_t e0, e1;
   OSPREY_CUDA_CHECK(cudaEventCreate(&e0));
   OSPREY_CUDA_CHECK(cudaEventCreate(&e1));

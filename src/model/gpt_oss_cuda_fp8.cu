@@ -163,6 +163,7 @@ struct GptOssCudaFp8::Impl {
     }
     L.kv_heads = cfg.num_kv_heads, L.d = cfg.head_dim;
     L.page_table = tables[layers[l].sliding ? 1 : 0].ptr, L.max_pages = max_pages;
+    L.rows = int64_t(total_pages) * cuda::kPage;
     return L;
   }
 

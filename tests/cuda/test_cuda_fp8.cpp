@@ -378,6 +378,7 @@ struct DeviceKvLayer {
     }
     if (window && !fp8 && !paged) view.ring = ring;
     else view.page_table = table.p, view.max_pages = max_pages;
+    if (!view.ring) view.rows = int64_t(rows(slots, 0, 0, max_pages));
   }
   // Paged: the cache row of position p of `slot` (table: this layer's page table, read back), and
   // where that row's exponent of KV head h lives in the FP8 cache (kv_exp_index).
@@ -514,6 +515,7 @@ void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kv
   std::unique_ptr<DeviceKvLayer> same;  // fp8: a BF16 cache of the same values (exact)
   if (fp8) {
     same = std::make_unique<DeviceKvLayer>(2, kvh, d, window, ring, max_pages, 82, false, /*paged=*/true);
+    same->view.rows = 0;  // the mma.sync kernel, whose BF16 path the FP8 one shares (not the wgmma kernel)
     same->write(1, K, V, len);
   }
   auto q = randf(size_t(T) * heads * d, 83, 2.0f);
@@ -574,6 +576,52 @@ TEST(CudaFp8, FlashPrefillMatchesCpu) {
     FlashCase(70, 0, window, 1, 4, 4);
   }
   FlashCase(500, 1500, 128);
+}
+
+// The wgmma prefill kernel (a paged BF16 cache, one split) against the mma.sync kernel on the same
+// cache (view.rows = 0 selects it) and against the CPU attention: full and windowed layers, chunks
+// deep in a sequence, 8, 16 and 1 query heads a KV head. Cache rows never written hold NaN (the
+// rows past the prompt in its last page, and a whole page after it): the kernel must leave them
+// out of V, where P = 0 times NaN would spread.
+void FlashWgmmaCase(int T, int p0, int window, int heads, int kvh) {
+  const int d = 64, len = p0 + T, max_pages = (len + 63) / 64 + 1;
+  const size_t n = size_t(len) * kvh * d;
+  std::vector<float> K = rand_bf16_exact(n, 90, 2.0f), V = rand_bf16_exact(n, 91, 1.0f);
+  DeviceKvLayer cache(2, kvh, d, window, 0, max_pages, 92, false, /*paged=*/true);
+  OSPREY_CUDA_CHECK(cudaMemset(cache.k.p, 0xff, cache.k.n * sizeof(bf16)));  // 0xffff: a BF16 NaN
+  OSPREY_CUDA_CHECK(cudaMemset(cache.v.p, 0xff, cache.v.n * sizeof(bf16)));
+  cache.write(1, K, V, len);
+  ASSERT_TRUE(cuda::flash_prefill_on_wgmma(cache.view, heads, 1));
+  auto q = randf(size_t(T) * heads * d, 93, 2.0f);
+  auto sinks = randbf(heads, 94, 2.0f);
+  Dev<float> dq(q), out(q.size()), old(q.size());
+  Dev<bf16> ds(sinks);
+  cuda::flash_prefill(cache.view, dq.p, as_dev_bf16(ds), 1, p0, out.p, T, heads, window, 0.125f, nullptr);
+  cuda::KvLayerView mma_sync = cache.view;
+  mma_sync.rows = 0;
+  ASSERT_FALSE(cuda::flash_prefill_on_wgmma(mma_sync, heads, 1));
+  cuda::flash_prefill(mma_sync, dq.p, as_dev_bf16(ds), 1, p0, old.p, T, heads, window, 0.125f, nullptr);
+  const auto got = out.get();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << "T " << T << " p0 " << p0 << " at " << i;
+  // The two kernels round P to BF16 against running maxima updated at different key tiles.
+  EXPECT_LT(rel_err(got, old.get()), 3e-3) << "T " << T << " p0 " << p0 << " window " << window << " heads " << heads;
+  std::vector<int32_t> pos(T);
+  std::iota(pos.begin(), pos.end(), p0);
+  std::vector<float> ref(q.size());
+  HostKv kv(K, V, kvh, d);
+  cpu::f32_bf16sink_attention(q.data(), pos.data(), kv, sinks.data(), ref.data(), T,
+                              {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
+  EXPECT_LT(rel_err(got, ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " heads " << heads;
+}
+
+TEST(CudaFp8, FlashPrefillWgmmaMatchesMmaSyncAndCpu) {
+  for (int window : {0, 128})
+    for (auto [T, p0] : {std::pair{1, 0}, {3, 0}, {129, 0}, {200, 77}, {1000, 0}, {500, 1500}, {64, 64}, {130, 126}})
+      FlashWgmmaCase(T, p0, window, 64, 8);
+  for (int window : {0, 128}) {
+    FlashWgmmaCase(300, 50, window, 16, 1);  // 8 tokens a block
+    FlashWgmmaCase(70, 0, window, 4, 4);     // one head a KV head: 128 tokens a block
+  }
 }
 
 // Split-KV prefill: a chunk deep in a sequence, its keys cut into ranges (more ranges than some

@@ -123,16 +123,18 @@ __device__ inline void seed_softmax_with_sink(float& m, float& l, const bf16* si
   l = owns_sink && sum_owner ? 1.0f : 0.0f;
 }
 
-// One 64-key tile of the FlashAttention-2 online softmax, for a thread's two rows of a 16-row
-// MMA tile (row g: s[.][0..1], row g + 8: s[.][2..3]). s holds raw scores (masked ones -inf) that
+// One tile of 8 NT keys of the FlashAttention-2 online softmax, for a thread's two rows of a
+// 16-row MMA tile (row g: s[.][0..1], row g + 8: s[.][2..3]; the layout of mma.sync's m16n8 and of
+// wgmma's accumulators alike). s holds raw scores (masked ones -inf) that
 // `scale` takes to base-2 logits: the quad's row maximum updates the running max m, this thread's
 // share of the sum l and the accumulators acc are rescaled, and s becomes the tile's weights
 // 2^(s scale - m) (added to l).
-__device__ inline void online_softmax_tile(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&acc)[8][4],
+template <int NT>
+__device__ inline void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&acc)[8][4],
                                            float scale) {
   float tmax[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
   float corr[2];
@@ -146,12 +148,12 @@ __device__ inline void online_softmax_tile(float (&s)[8][4], float (&m)[2], floa
     l[i] *= corr[i];
   }
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s[n][e] = exp2_approx(fmaf(s[n][e], scale, -m[e >> 1]));  // masked: 2^-inf = 0
       l[e >> 1] += s[n][e];
-      acc[n][e] *= corr[e >> 1];
+      if (n < 8) acc[n][e] *= corr[e >> 1];
     }
 }
 

@@ -7,6 +7,8 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/sm90.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace osprey::cuda {
 
@@ -74,6 +76,100 @@ struct KvFp8Stage {
   }
 };
 
+// A block's 128 rows: row r = token t0 + r / group, query head g_kv * group + r % group. Warp w
+// (0..7, in both kernels) holds MMA rows 16w .. 16w + 15; lane g * 4 + c holds rows 16w + g and
+// 16w + g + 8 (i = 0, 1).
+struct FaRows {
+  int t0, group, g_kv, T, heads, tokens_per_block, warp, g;
+  __device__ int r(int i) const { return warp * 16 + g + 8 * i; }
+  __device__ int tok(int i) const { return t0 + r(i) / group; }
+  __device__ int head(int i) const { return g_kv * group + r(i) % group; }
+  __device__ bool valid(int i) const { return r(i) < tokens_per_block * group && tok(i) < T; }
+};
+
+// The end of a block (or of its split): the quad's shares of l summed, then the unnormalized
+// partial state (splits > 1: `part` [T][heads][splits][d + 2], acc then m and l), or the rows
+// quantized for the o-projection (quant.q), or the normalized rows of `out`.
+__device__ inline void flash_store(const FaRows& R, const float (&acc)[8][4], const float (&m)[2], float (&l)[2],
+                                   int split, int splits, float* part, float* out, const Quantized1x128& quant) {
+  const int lane = threadIdx.x & 31, c = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  if (splits > 1) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!R.valid(i)) continue;
+      float* pp = part + ((size_t(R.tok(i)) * R.heads + R.head(i)) * splits + split) * (kFaD + 2);
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<float2*>(pp + n * 8 + 2 * c) = make_float2(acc[n][2 * i], acc[n][2 * i + 1]);
+      if (c == 0) pp[kFaD] = m[i], pp[kFaD + 1] = l[i];
+    }
+    return;
+  }
+  if (quant.q) {
+    // Group 8 (the launcher's condition): the warp's rows g + 8i are head g of token 2 warp + i,
+    // so the 8 lanes of heads 2b and 2b + 1 (lanes 8b..8b+7) hold one 128-column block of that
+    // token's output row; they quantize it as quantize_act_1x128 would (warp_quantize_block128's
+    // amax, scale and codes).
+    const int K = R.heads * kFaD;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int tok = R.tok(i);
+      if (!R.valid(i)) continue;  // warp-uniform: row i of every lane is token 2 warp + i
+      const float inv = 1.0f / l[i];
+      float v[16], amax = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        v[2 * n] = acc[n][2 * i] * inv, v[2 * n + 1] = acc[n][2 * i + 1] * inv;
+        amax = fmaxf(amax, fmaxf(fabsf(v[2 * n]), fabsf(v[2 * n + 1])));
+      }
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float sc = fp8_block_scale(amax);
+      uint8_t* qrow = quant.q + size_t(tok) * K + size_t(R.head(i)) * kFaD;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<uint16_t*>(qrow + n * 8 + 2 * c) =
+            uint16_t(e4m3_code(v[2 * n] / sc) | (uint32_t(e4m3_code(v[2 * n + 1] / sc)) << 8));
+      if ((lane & 7) == 0) quant.s[size_t(R.head(i) * kFaD / 128) * quant.ld + tok] = sc;
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!R.valid(i)) continue;
+    float* op = out + (size_t(R.tok(i)) * R.heads + R.head(i)) * kFaD;
+    const float inv = 1.0f / l[i];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(op + n * 8 + 2 * c) = make_float2(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
+  }
+}
+
+// Whether key tile [j0, j0 + keys) needs masks: it crosses a row's causal edge (any key past the
+// block's first position) or window edge, or the block's first key.
+__device__ inline bool tile_crosses_edge(int j0, int keys, int pos_lo, int key_begin, int key_end, int window) {
+  return j0 + keys - 1 > pos_lo || (window > 0 && j0 < key_end - window + 1) || j0 < key_begin;
+}
+// Masks the scores s [NT][4] (n-tile n: keys j0 + 8n + 2c + {0, 1}; e >> 1: the row) of the
+// thread's rows at positions pos_r: keys after the row's position or outside its window.
+template <int NT>
+__device__ inline void mask_scores(float (&s)[NT][4], int j0, const int (&pos_r)[2], int window) {
+  const int c = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = j >> 1, key = j0 + n * 8 + 2 * c + (j & 1);
+      const bool ok = key <= pos_r[i] && (window == 0 || pos_r[i] - key < window);
+      if (!ok) s[n][j] = -INFINITY;
+    }
+}
+
 // Split-KV (gridDim.z = splits > 1): split z takes its share of the block's key tiles and writes
 // its unnormalized partial state to `part` [T][heads][splits][d + 2] (acc, then m and l, base 2);
 // only split 0 owns the sink. flash_merge_kernel combines them.
@@ -88,12 +184,10 @@ __global__ void __launch_bounds__(kFaThreads, 2)
   const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens_per_block;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   // This thread's two rows (recomputed where needed: registers are the kernel's limit).
-  auto row_tok = [&](int i) { return t0 + (warp * 16 + g + 8 * i) / group; };
-  auto row_head = [&](int i) { return g_kv * group + (warp * 16 + g + 8 * i) % group; };
-  auto row_valid = [&](int i) { return warp * 16 + g + 8 * i < tokens_per_block * group && row_tok(i) < T; };
+  const FaRows R{t0, group, g_kv, T, heads, tokens_per_block, warp, g};
   int pos_r[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) pos_r[i] = p0 + (row_valid(i) ? row_tok(i) : 0);
+  for (int i = 0; i < 2; ++i) pos_r[i] = p0 + (R.valid(i) ? R.tok(i) : 0);
   // Q fragments (A operand, 16 rows x 64 dims = 4 k-steps), BF16.
   uint32_t qa[4][4];
 #pragma unroll
@@ -103,15 +197,15 @@ __global__ void __launch_bounds__(kFaThreads, 2)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {  // rows g, g+8
         float2 v = make_float2(0.f, 0.f);
-        if (row_valid(i))
-          v = *reinterpret_cast<const float2*>(q + (size_t(row_tok(i)) * heads + row_head(i)) * kFaD + ks * 16 +
-                                               2 * c + 8 * hi);
+        if (R.valid(i))
+          v = *reinterpret_cast<const float2*>(q + (size_t(R.tok(i)) * heads + R.head(i)) * kFaD + ks * 16 + 2 * c +
+                                               8 * hi);
         qa[ks][hi * 2 + i] = pack_bf16(v.x, v.y);
       }
   const int split = blockIdx.z, splits = gridDim.z;
   float m[2], l[2], acc[8][4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, row_head(i), split == 0, c == 0);
+  for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, R.head(i), split == 0, c == 0);
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -167,17 +261,7 @@ __global__ void __launch_bounds__(kFaThreads, 2)
       }
     }
     // Masks only where a tile crosses a row's causal edge or window edge.
-    const bool edge = j0 + kFaKeys - 1 > pos_lo || (window > 0 && j0 < key_end - window + 1) || j0 < key_begin;
-    if (edge) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int i = j >> 1, key = j0 + n * 8 + 2 * c + (j & 1);
-          const bool ok = key <= pos_r[i] && key >= key_begin && (window == 0 || pos_r[i] - key < window);
-          if (!ok) s[n][j] = -INFINITY;
-        }
-    }
+    if (tile_crosses_edge(j0, kFaKeys, pos_lo, key_begin, key_end, window)) mask_scores(s, j0, pos_r, window);
     online_softmax_tile(s, m, l, acc, scale_log2);
     // O += P V (P as the A operand straight from the S fragments).
 #pragma unroll
@@ -199,62 +283,7 @@ __global__ void __launch_bounds__(kFaThreads, 2)
     __syncthreads();  // stage st is refilled in the next iteration (kFp8: st ^ 1 is read in it)
   }
   if constexpr (!kFp8) cp_async_wait<0>();
-  // The quad's shares of l.
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
-  if (splits > 1) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (!row_valid(i)) continue;
-      float* pp = part + ((size_t(row_tok(i)) * heads + row_head(i)) * splits + split) * (kFaD + 2);
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        *reinterpret_cast<float2*>(pp + n * 8 + 2 * c) = make_float2(acc[n][2 * i], acc[n][2 * i + 1]);
-      if (c == 0) pp[kFaD] = m[i], pp[kFaD + 1] = l[i];
-    }
-    return;
-  }
-  if (quant.q) {
-    // Group 8 (the launcher's condition): the warp's rows g + 8i are head g of token 2 warp + i,
-    // so the 8 lanes of heads 2b and 2b + 1 (lanes 8b..8b+7) hold one 128-column block of that
-    // token's output row; they quantize it as quantize_act_1x128 would (warp_quantize_block128's
-    // amax, scale and codes).
-    const int K = heads * kFaD;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int tok = row_tok(i);
-      if (!row_valid(i)) continue;  // warp-uniform: row i of every lane is token 2 warp + i
-      const float inv = 1.0f / l[i];
-      float v[16], amax = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        v[2 * n] = acc[n][2 * i] * inv, v[2 * n + 1] = acc[n][2 * i + 1] * inv;
-        amax = fmaxf(amax, fmaxf(fabsf(v[2 * n]), fabsf(v[2 * n + 1])));
-      }
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float sc = fp8_block_scale(amax);
-      uint8_t* qrow = quant.q + size_t(tok) * K + size_t(row_head(i)) * kFaD;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        *reinterpret_cast<uint16_t*>(qrow + n * 8 + 2 * c) =
-            uint16_t(e4m3_code(v[2 * n] / sc) | (uint32_t(e4m3_code(v[2 * n + 1] / sc)) << 8));
-      if ((lane & 7) == 0) quant.s[size_t(row_head(i) * kFaD / 128) * quant.ld + tok] = sc;
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (!row_valid(i)) continue;
-    float* op = out + (size_t(row_tok(i)) * heads + row_head(i)) * kFaD;
-    const float inv = 1.0f / l[i];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-      *reinterpret_cast<float2*>(op + n * 8 + 2 * c) = make_float2(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
-  }
+  flash_store(R, acc, m, l, split, splits, part, out, quant);
 }
 
 // out [T][heads][d] from the splits' partial states (attention_common.cuh's merge). One thread per
@@ -275,7 +304,179 @@ __global__ void flash_merge_kernel(const float* __restrict__ part, float* __rest
   out[i] = num / den;
 }
 
+// ---- Hopper: the same attention on wgmma (FlashAttention-3's structure) ---------------------
+// A block takes the same 128 rows with two consumer warpgroups (warps 0..7, rows 64w .. 64w + 63
+// each) and one producer warp (warp 8). The producer streams key tiles of 128 (two pages) of K
+// and V by TMA (128-byte swizzle) into a ring of kWgStages; per tile a consumer warpgroup computes
+// S = Q K^T (4 wgmma m64n128k16, Q and K from shared memory), the online softmax in registers,
+// and O += P V (8 wgmma m64n64k16, P from registers as BF16, V transposed from shared memory).
+// The two warpgroups run out of step, so one's softmax overlaps the other's products.
+// Keys outside [key_begin, key_end] are masked in S; in V they must be zeros (0 times a row that
+// is not finite is NaN, and cache rows outside the written range hold anything): pages wholly
+// outside are not read, and the producer zeroes the other such rows of a tile that crosses either
+// edge before it hands the tile over. One split only; BF16 cache with page tables.
+constexpr int kWgKeys = 128, kWgStages = 3, kWgThreads = kFaThreads + 32;
+
+struct WgSmem {
+  bf16 q[kFaRows * kFaD];               // 128 rows of 128 bytes, swizzled
+  bf16 k[kWgStages][kWgKeys * kFaD];    // [key][dim], swizzled
+  bf16 v[kWgStages][kWgKeys * kFaD];
+  uint64_t full[kWgStages], empty[kWgStages], edge;
+};
+constexpr size_t kWgSmemBytes = sizeof(WgSmem) + 1024;  // and the 1,024-byte alignment
+
+// The producer warp: TMA loads of each tile's pages of (slot, KV head g_kv) that meet [key_begin,
+// key_end]; an edge tile's loads complete on s.edge, the warp zeroes its V rows outside the range
+// and then releases the tile on s.full.
+__device__ inline void flash_wgmma_produce(WgSmem& s, const CUtensorMap& tk, const CUtensorMap& tv,
+                                           const KvLayerView& L, int slot, int g_kv, int ta, int tb, int key_begin,
+                                           int key_end) {
+  const int lane = threadIdx.x & 31;
+  constexpr uint32_t kPageBytes = kPage * kFaD * 2;
+  int stage = 0;
+  uint32_t phase = 0, edge_phase = 0;
+  for (int t = ta; t < tb; ++t) {
+    const int j0 = t * kWgKeys;
+    const bool edge = j0 < key_begin || j0 + kWgKeys - 1 > key_end;
+    if (lane == 0) {
+      sm90::mbar_wait(&s.empty[stage], phase ^ 1);
+      uint64_t* bar = edge ? &s.edge : &s.full[stage];
+      bool in[2];
+      for (int h = 0; h < 2; ++h) in[h] = j0 + kPage * (h + 1) - 1 >= key_begin && j0 + kPage * h <= key_end;
+      sm90::mbar_arrive_expect_tx(bar, (int(in[0]) + int(in[1])) * 2 * kPageBytes);
+      for (int h = 0; h < 2; ++h) {
+        if (!in[h]) continue;
+        const int row = L.page_table[size_t(slot) * L.max_pages + j0 / kPage + h] * kPage;
+        sm90::tma_load_3d(s.k[stage] + h * kPage * kFaD, &tk, bar, 0, g_kv, row);
+        sm90::tma_load_3d(s.v[stage] + h * kPage * kFaD, &tv, bar, 0, g_kv, row);
+      }
+    }
+    __syncwarp();
+    if (edge) {
+      sm90::mbar_wait(&s.edge, edge_phase);
+      edge_phase ^= 1;
+      for (int i = lane; i < kWgKeys * 8; i += 32) {  // 16-byte pieces of the V rows to clear
+        const int key = i >> 3, j = j0 + key;
+        if (j < key_begin || j > key_end)
+          *reinterpret_cast<uint4*>(s.v[stage] + key * kFaD + (i & 7) * 8) = make_uint4(0, 0, 0, 0);
+      }
+      sm90::fence_proxy_async_shared();  // the zeros before the consumers' wgmma reads (async proxy)
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&s.full[stage]);
+    }
+    if (++stage == kWgStages) stage = 0, phase ^= 1;
+  }
+}
+
+__global__ void __launch_bounds__(kWgThreads, 1)
+    flash_prefill_wgmma_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                               KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot,
+                               int p0, float* __restrict__ out, int T, int heads, int window, float scale_log2,
+                               Quantized1x128 quant) {
+  extern __shared__ uint8_t smem_raw[];
+  WgSmem& s = *reinterpret_cast<WgSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens_per_block;  // the heaviest blocks first
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int last_tok = min(T, t0 + tokens_per_block) - 1;
+  const int pos_lo = p0 + t0, key_end = p0 + last_tok;
+  const int key_begin = window > 0 ? max(0, pos_lo - window + 1) : 0;
+  const int ta = key_begin / kWgKeys, tb = key_end / kWgKeys + 1;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kWgStages; ++i) sm90::mbar_init(&s.full[i], 1), sm90::mbar_init(&s.empty[i], kFaWarps);
+    sm90::mbar_init(&s.edge, 1);
+    sm90::mbar_fence_init();
+    sm90::tma_prefetch_descriptor(&tk), sm90::tma_prefetch_descriptor(&tv);
+  }
+  __syncthreads();
+  if (warp == kFaWarps) {
+    flash_wgmma_produce(s, tk, tv, L, slot, g_kv, ta, tb, key_begin, key_end);
+    return;
+  }
+  const int wg = warp >> 2;
+  const FaRows R{t0, group, g_kv, T, heads, tokens_per_block, warp, lane >> 2};
+  // The warpgroup's 64 query rows into shared memory as BF16, 128-byte swizzled (16-byte piece p
+  // of row r at piece p ^ (r % 8)); rows past the block's tokens are zeros.
+  for (int i = threadIdx.x & 127; i < 64 * 8; i += 128) {
+    const int r = 64 * wg + (i >> 3), p = i & 7, tok = t0 + r / group;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < tokens_per_block * group && tok < T) {
+      const float4* src =
+          reinterpret_cast<const float4*>(q + (size_t(tok) * heads + g_kv * group + r % group) * kFaD + p * 8);
+      const float4 a = src[0], b = src[1];
+      v = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+    }
+    *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(s.q) + r * 128 + ((p ^ (r & 7)) * 16)) = v;
+  }
+  sm90::fence_proxy_async_shared();  // the generic stores before wgmma's reads
+  sm90::named_barrier_sync(1 + wg, 128);
+
+  int pos_r[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) pos_r[i] = p0 + (R.valid(i) ? R.tok(i) : 0);
+  float m[2], l[2], o[32], sc[64];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, R.head(i), true, (lane & 3) == 0);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) sc[i] = 0.0f;
+  auto& s4 = reinterpret_cast<float(&)[16][4]>(sc);
+  auto& o4 = reinterpret_cast<float(&)[8][4]>(o);
+  const uint32_t q_addr = sm90::smem_u32(s.q) + wg * 64 * 128;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int t = ta; t < tb; ++t) {
+    const int j0 = t * kWgKeys;
+    sm90::mbar_wait(&s.full[stage], phase);
+    const uint32_t k_addr = sm90::smem_u32(s.k[stage]), v_addr = sm90::smem_u32(s.v[stage]);
+    sm90::fence_regs(sc);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kFaD / 16; ++kk)
+      sm90::wgmma_m64n128k16_bf16(sc, sm90::desc_k128_swizzle(q_addr + kk * 32), sm90::desc_k128_swizzle(k_addr + kk * 32),
+                                  kk > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(sc);
+    if (tile_crosses_edge(j0, kWgKeys, pos_lo, key_begin, key_end, window)) mask_scores(s4, j0, pos_r, window);
+    online_softmax_tile(s4, m, l, o4, scale_log2);
+    // O += P V: P's 16-key steps as the m16n8k16 A fragments of the S accumulators.
+    uint32_t pa[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      pa[kk][0] = pack_bf16(s4[2 * kk][0], s4[2 * kk][1]), pa[kk][1] = pack_bf16(s4[2 * kk][2], s4[2 * kk][3]);
+      pa[kk][2] = pack_bf16(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
+      pa[kk][3] = pack_bf16(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
+    }
+    sm90::fence_regs(o);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) sm90::wgmma_m64n64k16_bf16_rs(o, pa[kk], sm90::desc_mn128_swizzle(v_addr + kk * 16 * 128));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(o);
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&s.empty[stage]);
+    if (++stage == kWgStages) stage = 0, phase ^= 1;
+  }
+  flash_store(R, o4, m, l, 0, 1, nullptr, out, quant);
+}
+
+// K or V of the cache as [rows][kv_heads][d] BF16, read in boxes of one page of one KV head.
+CUtensorMap kv_page_map(const bf16* base, const KvLayerView& L) {
+  const uint64_t dims[3] = {uint64_t(L.d), uint64_t(L.kv_heads), uint64_t(L.rows)};
+  const uint64_t strides[2] = {uint64_t(L.d) * 2, uint64_t(L.kv_heads) * L.d * 2};
+  const uint32_t box[3] = {uint32_t(kFaD), 1, uint32_t(kPage)};
+  return tma_map_swizzled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims, strides, box, "flash_prefill");
+}
+
 }  // namespace
+
+bool flash_prefill_on_wgmma(const KvLayerView& L, int heads, int splits) {
+  return !L.fp8() && L.page_table && L.rows > 0 && L.d == kFaD && splits == 1 && heads % L.kv_heads == 0 &&
+         kFaRows % (heads / L.kv_heads) == 0;
+}
 
 int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats) {
   if (window > 0 || T == 0) return 1;  // a window's keys are few
@@ -302,8 +503,20 @@ void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int 
   // The quantization in the epilogue: one split, and 8 query heads a KV head (see the kernel).
   const bool fused_quant = quant.q && splits == 1 && group == 8;
   if (L.fp8() && !L.page_table) fail_plain("flash_prefill: the FP8 KV cache needs page tables");
-  (L.fp8() ? flash_prefill_kernel<true> : flash_prefill_kernel<false>)<<<grid, kFaThreads, 0, s>>>(
-      L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e, scratch, fused_quant ? quant : Quantized1x128{});
+  if (flash_prefill_on_wgmma(L, heads, splits)) {
+    static const bool configured = [] {
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(kWgSmemBytes)));
+      return true;
+    }();
+    (void)configured;
+    flash_prefill_wgmma_kernel<<<grid, kWgThreads, kWgSmemBytes, s>>>(
+        kv_page_map(L.k, L), kv_page_map(L.v, L), L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e,
+        fused_quant ? quant : Quantized1x128{});
+  } else {
+    (L.fp8() ? flash_prefill_kernel<true> : flash_prefill_kernel<false>)<<<grid, kFaThreads, 0, s>>>(
+        L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e, scratch, fused_quant ? quant : Quantized1x128{});
+  }
   OSPREY_CUDA_CHECK(cudaGetLastError());
   if (splits > 1) {
     const size_t n = size_t(T) * heads * kFaD;

@@ -17,12 +17,11 @@
 // block computes from seg at its start: no host round trip.
 #include "kernels/cuda/moe_gemm_fp8.cuh"
 
-#include <cudaTypedefs.h>
-
 #include <string>
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/sm90.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace osprey::cuda {
 namespace {
@@ -284,29 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kShare != kShareNone) sm90::cluster_sync();  // no block leaves while its peer may still signal it
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    OSPREY_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    if (!p || q != cudaDriverEntryPointSuccess) fail_plain("m_grouped_fp8_gemm_nt: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 // A [rows][cols] byte matrix read in boxes of 128 columns by box_rows, 128-byte swizzled.
 CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows = kBM) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols};
-  const cuuint32_t box[2] = {kBK, box_rows}, steps[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
-                                          box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fail_plain("m_grouped_fp8_gemm_nt: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for a " +
-               std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
-  return m;
+  const uint64_t dims[2] = {cols, rows}, strides[1] = {cols};
+  const uint32_t box[2] = {kBK, box_rows};
+  return tma_map_swizzled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, "m_grouped_fp8_gemm_nt");
 }
 
 template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
