@@ -578,12 +578,13 @@ TEST(CudaFp8, FlashPrefillMatchesCpu) {
   FlashCase(500, 1500, 128);
 }
 
-// The wgmma prefill kernel (a paged BF16 cache, one split) against the mma.sync kernel on the same
-// cache (view.rows = 0 selects it) and against the CPU attention: full and windowed layers, chunks
-// deep in a sequence, 8, 16 and 1 query heads a KV head. Cache rows never written hold NaN (the
-// rows past the prompt in its last page, and a whole page after it): the kernel must leave them
-// out of V, where P = 0 times NaN would spread.
-void FlashWgmmaCase(int T, int p0, int window, int heads, int kvh) {
+// The wgmma prefill kernel (full attention, a paged BF16 cache, one split) against the mma.sync
+// kernel on the same cache (view.rows = 0 selects it) and against the CPU attention: prompts and
+// chunks deep in a sequence that start and end inside pages and tiles, 8, 16 and 1 query heads a
+// KV head. Cache rows never written hold NaN (the rows past the prompt in its last page, and a
+// whole page after it): the kernel must leave them out of V, where P = 0 times NaN would spread.
+void FlashWgmmaCase(int T, int p0, int heads, int kvh) {
+  const int window = 0;
   const int d = 64, len = p0 + T, max_pages = (len + 63) / 64 + 1;
   const size_t n = size_t(len) * kvh * d;
   std::vector<float> K = rand_bf16_exact(n, 90, 2.0f), V = rand_bf16_exact(n, 91, 1.0f);
@@ -591,7 +592,7 @@ void FlashWgmmaCase(int T, int p0, int window, int heads, int kvh) {
   OSPREY_CUDA_CHECK(cudaMemset(cache.k.p, 0xff, cache.k.n * sizeof(bf16)));  // 0xffff: a BF16 NaN
   OSPREY_CUDA_CHECK(cudaMemset(cache.v.p, 0xff, cache.v.n * sizeof(bf16)));
   cache.write(1, K, V, len);
-  ASSERT_TRUE(cuda::flash_prefill_on_wgmma(cache.view, heads, 1));
+  ASSERT_TRUE(cuda::flash_prefill_on_wgmma(cache.view, heads, window, 1));
   auto q = randf(size_t(T) * heads * d, 93, 2.0f);
   auto sinks = randbf(heads, 94, 2.0f);
   Dev<float> dq(q), out(q.size()), old(q.size());
@@ -599,7 +600,7 @@ void FlashWgmmaCase(int T, int p0, int window, int heads, int kvh) {
   cuda::flash_prefill(cache.view, dq.p, as_dev_bf16(ds), 1, p0, out.p, T, heads, window, 0.125f, nullptr);
   cuda::KvLayerView mma_sync = cache.view;
   mma_sync.rows = 0;
-  ASSERT_FALSE(cuda::flash_prefill_on_wgmma(mma_sync, heads, 1));
+  ASSERT_FALSE(cuda::flash_prefill_on_wgmma(mma_sync, heads, window, 1));
   cuda::flash_prefill(mma_sync, dq.p, as_dev_bf16(ds), 1, p0, old.p, T, heads, window, 0.125f, nullptr);
   const auto got = out.get();
   for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << "T " << T << " p0 " << p0 << " at " << i;
@@ -615,13 +616,17 @@ void FlashWgmmaCase(int T, int p0, int window, int heads, int kvh) {
 }
 
 TEST(CudaFp8, FlashPrefillWgmmaMatchesMmaSyncAndCpu) {
-  for (int window : {0, 128})
-    for (auto [T, p0] : {std::pair{1, 0}, {3, 0}, {129, 0}, {200, 77}, {1000, 0}, {500, 1500}, {64, 64}, {130, 126}})
-      FlashWgmmaCase(T, p0, window, 64, 8);
-  for (int window : {0, 128}) {
-    FlashWgmmaCase(300, 50, window, 16, 1);  // 8 tokens a block
-    FlashWgmmaCase(70, 0, window, 4, 4);     // one head a KV head: 128 tokens a block
-  }
+  for (auto [T, p0] : {std::pair{1, 0}, {3, 0}, {129, 0}, {200, 77}, {1000, 0}, {500, 1500}, {64, 64}, {130, 126}})
+    FlashWgmmaCase(T, p0, 64, 8);
+  FlashWgmmaCase(300, 50, 16, 1);  // 8 tokens a block
+  FlashWgmmaCase(70, 0, 4, 4);     // one head a KV head: 128 tokens a block
+  // Which kernel runs: windows, split-KV, the FP8 cache and unknown extents stay on mma.sync.
+  DeviceKvLayer paged(1, 8, 64, 0, 0, 4, 95, false, true), fp8(1, 8, 64, 0, 0, 4, 95, true);
+  EXPECT_TRUE(cuda::flash_prefill_on_wgmma(paged.view, 64, 0, 1));
+  EXPECT_FALSE(cuda::flash_prefill_on_wgmma(paged.view, 64, 128, 1));
+  EXPECT_FALSE(cuda::flash_prefill_on_wgmma(paged.view, 64, 0, 2));
+  EXPECT_FALSE(cuda::flash_prefill_on_wgmma(paged.view, 24, 0, 1));  // 3 heads a KV head: 128 % 3
+  EXPECT_FALSE(cuda::flash_prefill_on_wgmma(fp8.view, 64, 0, 1));
 }
 
 // Split-KV prefill: a chunk deep in a sequence, its keys cut into ranges (more ranges than some

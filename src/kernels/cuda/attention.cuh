@@ -82,15 +82,15 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits);
 // pointers for a chunk's first row), the codes and scales quantize_act_1x128 makes of `out`; then
 // `out` is scratch (written only where the quantization cannot be fused: split-KV, or a head group
 // other than 8, whose 128-column blocks a warp's rows do not cover).
-// On Hopper, the BF16 cache with page tables (L.rows known), one split and whole head groups in
-// a block's 128 rows run the same attention on wgmma instead (FlashAttention-3's structure: a
-// producer warp streams 128-key tiles by TMA, two consumer warpgroups; flash_prefill_on_wgmma says
-// which); its sums run in another order, so its results differ from the mma.sync kernel's in the
-// last bits of P's BF16 rounding.
+// On Hopper, full-attention layers with the BF16 cache and page tables (L.rows known), one split
+// and whole head groups in a block's 128 rows run the same attention on wgmma instead
+// (FlashAttention-3's structure: a producer warp streams 128-key tiles by TMA, two consumer
+// warpgroups; flash_prefill_on_wgmma says which); its running maxima move at other key tiles, so
+// its results differ from the mma.sync kernel's in the last bits of P's BF16 rounding.
 void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int slot, int p0, float* out, int T,
                    int heads, int window, float scale, cudaStream_t s, int splits = 1, float* scratch = nullptr,
                    Quantized1x128 quant = {});
-bool flash_prefill_on_wgmma(const KvLayerView& L, int heads, int splits);
+bool flash_prefill_on_wgmma(const KvLayerView& L, int heads, int window, int splits);
 // The split count for a chunk of T tokens after p0 positions: enough blocks for about 8 waves, at
 // least 1024 keys per split, at most 32 and what scratch_floats holds; 1 for windowed layers.
 int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats);

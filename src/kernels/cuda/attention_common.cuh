@@ -125,19 +125,18 @@ __device__ inline void seed_softmax_with_sink(float& m, float& l, const bf16* si
 
 // One tile of 8 NT keys of the FlashAttention-2 online softmax, for a thread's two rows of a
 // 16-row MMA tile (row g: s[.][0..1], row g + 8: s[.][2..3]; the layout of mma.sync's m16n8 and of
-// wgmma's accumulators alike). s holds raw scores (masked ones -inf) that
-// `scale` takes to base-2 logits: the quad's row maximum updates the running max m, this thread's
-// share of the sum l and the accumulators acc are rescaled, and s becomes the tile's weights
-// 2^(s scale - m) (added to l).
+// wgmma's accumulators alike). s holds raw scores (masked ones -inf) that `scale` takes to base-2
+// logits: the quad's row maximum updates the running max m, this thread's share of the sum l is
+// rescaled, s becomes the tile's weights 2^(s scale - m) (added to l), and corr the factor by
+// which the accumulators must be rescaled (acc *= corr, applied by the caller once they are free).
 template <int NT>
-__device__ inline void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&acc)[8][4],
-                                           float scale) {
+__device__ inline void online_softmax_weights(float (&s)[NT][4], float (&m)[2], float (&l)[2], float scale,
+                                              float (&corr)[2]) {
   float tmax[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
-  float corr[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
@@ -153,8 +152,22 @@ __device__ inline void online_softmax_tile(float (&s)[NT][4], float (&m)[2], flo
     for (int e = 0; e < 4; ++e) {
       s[n][e] = exp2_approx(fmaf(s[n][e], scale, -m[e >> 1]));  // masked: 2^-inf = 0
       l[e >> 1] += s[n][e];
-      if (n < 8) acc[n][e] *= corr[e >> 1];
     }
+}
+// The accumulators of d = 64 (acc [8][4], rows as s's) times the rows' factors.
+__device__ inline void rescale_rows(float (&acc)[8][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] *= corr[e >> 1];
+}
+// Both at once, for a kernel whose accumulators are not in flight.
+template <int NT>
+__device__ inline void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&acc)[8][4],
+                                           float scale) {
+  float corr[2];
+  online_softmax_weights(s, m, l, scale, corr);
+  rescale_rows(acc, corr);
 }
 
 // The weight of a partial state (max m_i, sum l_i) in a merge whose largest max is M; an empty

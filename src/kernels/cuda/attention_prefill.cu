@@ -304,62 +304,59 @@ __global__ void flash_merge_kernel(const float* __restrict__ part, float* __rest
   out[i] = num / den;
 }
 
-// ---- Hopper: the same attention on wgmma (FlashAttention-3's structure) ---------------------
+// ---- Hopper: full-attention layers on wgmma (FlashAttention-3's structure) --------------------
 // A block takes the same 128 rows with two consumer warpgroups (warps 0..7, rows 64w .. 64w + 63
 // each) and one producer warp (warp 8). The producer streams key tiles of 128 (two pages) of K
 // and V by TMA (128-byte swizzle) into a ring of kWgStages; per tile a consumer warpgroup computes
 // S = Q K^T (4 wgmma m64n128k16, Q and K from shared memory), the online softmax in registers,
 // and O += P V (8 wgmma m64n64k16, P from registers as BF16, V transposed from shared memory).
-// The two warpgroups run out of step, so one's softmax overlaps the other's products.
-// Keys outside [key_begin, key_end] are masked in S; in V they must be zeros (0 times a row that
-// is not finite is NaN, and cache rows outside the written range hold anything): pages wholly
-// outside are not read, and the producer zeroes the other such rows of a tile that crosses either
-// edge before it hands the tile over. One split only; BF16 cache with page tables.
-constexpr int kWgKeys = 128, kWgStages = 3, kWgThreads = kFaThreads + 32;
+// Within a warpgroup the tiles overlap (kWgOverlap): tile t's S and tile t - 1's P V are issued
+// together, so the tensor cores run P V while the warpgroup computes tile t's softmax; the two
+// warpgroups also run out of step.
+// Keys past the block's last position are masked in S; in V they must be zeros (0 times a row
+// that is not finite is NaN, and cache rows past the written range hold anything): a page wholly
+// past it is not read, and the producer zeroes the rows past it in the last tile before it hands
+// the tile over. Full attention only (windowed layers: flash_prefill_on_wgmma), one split, the
+// BF16 cache with page tables.
+constexpr int kWgKeys = 128, kWgStages = 4, kWgThreads = kFaThreads + 32;
+constexpr bool kWgOverlap = true;
 
 struct WgSmem {
   bf16 q[kFaRows * kFaD];               // 128 rows of 128 bytes, swizzled
   bf16 k[kWgStages][kWgKeys * kFaD];    // [key][dim], swizzled
   bf16 v[kWgStages][kWgKeys * kFaD];
-  uint64_t full[kWgStages], empty[kWgStages], edge;
+  uint64_t full[kWgStages], empty[kWgStages], last;
 };
 constexpr size_t kWgSmemBytes = sizeof(WgSmem) + 1024;  // and the 1,024-byte alignment
 
-// The producer warp: TMA loads of each tile's pages of (slot, KV head g_kv) that meet [key_begin,
-// key_end]; an edge tile's loads complete on s.edge, the warp zeroes its V rows outside the range
-// and then releases the tile on s.full.
+// The producer warp: TMA loads of tiles 0 .. tb - 1 of (slot, KV head g_kv), the pages that hold
+// keys up to key_end; the last tile's loads complete on s.last, the warp zeroes its V rows past
+// key_end and then releases it on s.full.
 __device__ inline void flash_wgmma_produce(WgSmem& s, const CUtensorMap& tk, const CUtensorMap& tv,
-                                           const KvLayerView& L, int slot, int g_kv, int ta, int tb, int key_begin,
-                                           int key_end) {
+                                           const KvLayerView& L, int slot, int g_kv, int tb, int key_end) {
   const int lane = threadIdx.x & 31;
   constexpr uint32_t kPageBytes = kPage * kFaD * 2;
   int stage = 0;
-  uint32_t phase = 0, edge_phase = 0;
-  for (int t = ta; t < tb; ++t) {
+  uint32_t phase = 0;
+  for (int t = 0; t < tb; ++t) {
     const int j0 = t * kWgKeys;
-    const bool edge = j0 < key_begin || j0 + kWgKeys - 1 > key_end;
+    const bool last = t == tb - 1;
     if (lane == 0) {
       sm90::mbar_wait(&s.empty[stage], phase ^ 1);
-      uint64_t* bar = edge ? &s.edge : &s.full[stage];
-      bool in[2];
-      for (int h = 0; h < 2; ++h) in[h] = j0 + kPage * (h + 1) - 1 >= key_begin && j0 + kPage * h <= key_end;
-      sm90::mbar_arrive_expect_tx(bar, (int(in[0]) + int(in[1])) * 2 * kPageBytes);
-      for (int h = 0; h < 2; ++h) {
-        if (!in[h]) continue;
+      uint64_t* bar = last ? &s.last : &s.full[stage];
+      const int pages = j0 + kPage <= key_end ? 2 : 1;
+      sm90::mbar_arrive_expect_tx(bar, pages * 2 * kPageBytes);
+      for (int h = 0; h < pages; ++h) {
         const int row = L.page_table[size_t(slot) * L.max_pages + j0 / kPage + h] * kPage;
         sm90::tma_load_3d(s.k[stage] + h * kPage * kFaD, &tk, bar, 0, g_kv, row);
         sm90::tma_load_3d(s.v[stage] + h * kPage * kFaD, &tv, bar, 0, g_kv, row);
       }
     }
     __syncwarp();
-    if (edge) {
-      sm90::mbar_wait(&s.edge, edge_phase);
-      edge_phase ^= 1;
-      for (int i = lane; i < kWgKeys * 8; i += 32) {  // 16-byte pieces of the V rows to clear
-        const int key = i >> 3, j = j0 + key;
-        if (j < key_begin || j > key_end)
-          *reinterpret_cast<uint4*>(s.v[stage] + key * kFaD + (i & 7) * 8) = make_uint4(0, 0, 0, 0);
-      }
+    if (last) {
+      sm90::mbar_wait(&s.last, 0);
+      for (int i = (key_end - j0 + 1) * 8 + lane; i < kWgKeys * 8; i += 32)  // 16-byte pieces of rows past key_end
+        *reinterpret_cast<uint4*>(s.v[stage] + (i >> 3) * kFaD + (i & 7) * 8) = make_uint4(0, 0, 0, 0);
       sm90::fence_proxy_async_shared();  // the zeros before the consumers' wgmma reads (async proxy)
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(&s.full[stage]);
@@ -368,29 +365,48 @@ __device__ inline void flash_wgmma_produce(WgSmem& s, const CUtensorMap& tk, con
   }
 }
 
+// S = Q K^T of a warpgroup's 64 rows and a 128-key tile, issued (the caller commits and waits).
+__device__ inline void issue_scores(float (&sc)[64], uint32_t q_addr, uint32_t k_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kFaD / 16; ++kk)
+    sm90::wgmma_m64n128k16_bf16(sc, sm90::desc_k128_swizzle(q_addr + kk * 32), sm90::desc_k128_swizzle(k_addr + kk * 32),
+                                kk > 0);
+}
+// O += P V, issued: P's 16-key steps pa (the m16n8k16 A fragments of the S accumulators).
+__device__ inline void issue_pv(float (&o)[32], const uint32_t (&pa)[8][4], uint32_t v_addr) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) sm90::wgmma_m64n64k16_bf16_rs(o, pa[kk], sm90::desc_mn128_swizzle(v_addr + kk * 16 * 128));
+}
+__device__ inline void pack_weights(const float (&s4)[16][4], uint32_t (&pa)[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    pa[kk][0] = pack_bf16(s4[2 * kk][0], s4[2 * kk][1]), pa[kk][1] = pack_bf16(s4[2 * kk][2], s4[2 * kk][3]);
+    pa[kk][2] = pack_bf16(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
+    pa[kk][3] = pack_bf16(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
+  }
+}
+
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_prefill_wgmma_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                                KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot,
-                               int p0, float* __restrict__ out, int T, int heads, int window, float scale_log2,
+                               int p0, float* __restrict__ out, int T, int heads, float scale_log2,
                                Quantized1x128 quant) {
   extern __shared__ uint8_t smem_raw[];
   WgSmem& s = *reinterpret_cast<WgSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * tokens_per_block;  // the heaviest blocks first
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int last_tok = min(T, t0 + tokens_per_block) - 1;
-  const int pos_lo = p0 + t0, key_end = p0 + last_tok;
-  const int key_begin = window > 0 ? max(0, pos_lo - window + 1) : 0;
-  const int ta = key_begin / kWgKeys, tb = key_end / kWgKeys + 1;
+  const int pos_lo = p0 + t0, key_end = p0 + min(T, t0 + tokens_per_block) - 1;
+  const int tb = key_end / kWgKeys + 1;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kWgStages; ++i) sm90::mbar_init(&s.full[i], 1), sm90::mbar_init(&s.empty[i], kFaWarps);
-    sm90::mbar_init(&s.edge, 1);
+    sm90::mbar_init(&s.last, 1);
     sm90::mbar_fence_init();
     sm90::tma_prefetch_descriptor(&tk), sm90::tma_prefetch_descriptor(&tv);
   }
   __syncthreads();
   if (warp == kFaWarps) {
-    flash_wgmma_produce(s, tk, tv, L, slot, g_kv, ta, tb, key_begin, key_end);
+    flash_wgmma_produce(s, tk, tv, L, slot, g_kv, tb, key_end);
     return;
   }
   const int wg = warp >> 2;
@@ -414,7 +430,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   int pos_r[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) pos_r[i] = p0 + (R.valid(i) ? R.tok(i) : 0);
-  float m[2], l[2], o[32], sc[64];
+  float m[2], l[2], o[32], sc[64], corr[2];
+  uint32_t pa[8][4];
 #pragma unroll
   for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, R.head(i), true, (lane & 3) == 0);
 #pragma unroll
@@ -424,41 +441,77 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   auto& s4 = reinterpret_cast<float(&)[16][4]>(sc);
   auto& o4 = reinterpret_cast<float(&)[8][4]>(o);
   const uint32_t q_addr = sm90::smem_u32(s.q) + wg * 64 * 128;
+  // The scores of tile t, in stage st, masked and turned into weights (m, l and corr updated).
+  auto scores_to_weights = [&](int t) {
+    if (t * kWgKeys + kWgKeys - 1 > pos_lo) mask_scores(s4, t * kWgKeys, pos_r, 0);
+    online_softmax_weights(s4, m, l, scale_log2, corr);
+  };
+  auto release = [&](int st) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&s.empty[st]);
+  };
   int stage = 0;
   uint32_t phase = 0;
-  for (int t = ta; t < tb; ++t) {
-    const int j0 = t * kWgKeys;
-    sm90::mbar_wait(&s.full[stage], phase);
-    const uint32_t k_addr = sm90::smem_u32(s.k[stage]), v_addr = sm90::smem_u32(s.v[stage]);
-    sm90::fence_regs(sc);
+  if constexpr (kWgOverlap) {
+    // Tile 0's scores alone; then per tile t: S(t) and P(t - 1) V(t - 1) issued together, S(t)
+    // awaited, its weights computed while P V runs, then O rescaled once P V is done.
+    sm90::mbar_wait(&s.full[0], 0);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kFaD / 16; ++kk)
-      sm90::wgmma_m64n128k16_bf16(sc, sm90::desc_k128_swizzle(q_addr + kk * 32), sm90::desc_k128_swizzle(k_addr + kk * 32),
-                                  kk > 0);
+    issue_scores(sc, q_addr, sm90::smem_u32(s.k[0]));
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(sc);
-    if (tile_crosses_edge(j0, kWgKeys, pos_lo, key_begin, key_end, window)) mask_scores(s4, j0, pos_r, window);
-    online_softmax_tile(s4, m, l, o4, scale_log2);
-    // O += P V: P's 16-key steps as the m16n8k16 A fragments of the S accumulators.
-    uint32_t pa[8][4];
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      pa[kk][0] = pack_bf16(s4[2 * kk][0], s4[2 * kk][1]), pa[kk][1] = pack_bf16(s4[2 * kk][2], s4[2 * kk][3]);
-      pa[kk][2] = pack_bf16(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
-      pa[kk][3] = pack_bf16(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
+    scores_to_weights(0);
+    pack_weights(s4, pa);
+    int prev = 0;
+    stage = 1, phase = kWgStages == 1;
+    for (int t = 1; t < tb; ++t) {
+      sm90::mbar_wait(&s.full[stage], phase);
+      sm90::fence_regs(sc);
+      sm90::fence_regs(o);
+      sm90::wgmma_fence();
+      issue_scores(sc, q_addr, sm90::smem_u32(s.k[stage]));
+      sm90::wgmma_commit();
+      issue_pv(o, pa, sm90::smem_u32(s.v[prev]));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();
+      sm90::fence_regs(sc);
+      scores_to_weights(t);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(o);
+      release(prev);
+      rescale_rows(o4, corr);
+      pack_weights(s4, pa);
+      prev = stage;
+      if (++stage == kWgStages) stage = 0, phase ^= 1;
     }
-    sm90::fence_regs(o);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) sm90::wgmma_m64n64k16_bf16_rs(o, pa[kk], sm90::desc_mn128_swizzle(v_addr + kk * 16 * 128));
+    issue_pv(o, pa, sm90::smem_u32(s.v[prev]));
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o);
-    __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(&s.empty[stage]);
-    if (++stage == kWgStages) stage = 0, phase ^= 1;
+    release(prev);
+  } else {
+    for (int t = 0; t < tb; ++t) {
+      sm90::mbar_wait(&s.full[stage], phase);
+      sm90::fence_regs(sc);
+      sm90::wgmma_fence();
+      issue_scores(sc, q_addr, sm90::smem_u32(s.k[stage]));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(sc);
+      scores_to_weights(t);
+      rescale_rows(o4, corr);
+      pack_weights(s4, pa);
+      sm90::fence_regs(o);
+      sm90::wgmma_fence();
+      issue_pv(o, pa, sm90::smem_u32(s.v[stage]));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(o);
+      release(stage);
+      if (++stage == kWgStages) stage = 0, phase ^= 1;
+    }
   }
   flash_store(R, o4, m, l, 0, 1, nullptr, out, quant);
 }
@@ -473,9 +526,12 @@ CUtensorMap kv_page_map(const bf16* base, const KvLayerView& L) {
 
 }  // namespace
 
-bool flash_prefill_on_wgmma(const KvLayerView& L, int heads, int splits) {
-  return !L.fp8() && L.page_table && L.rows > 0 && L.d == kFaD && splits == 1 && heads % L.kv_heads == 0 &&
-         kFaRows % (heads / L.kv_heads) == 0;
+// Windowed layers stay on the mma.sync kernel: a block's 16 tokens see about 143 keys, and with
+// one block an SM the wgmma kernel's start and end weigh more than its faster products (20b, 8k
+// prompt: 0.267 ms a layer against 0.216, docs/PERF.md).
+bool flash_prefill_on_wgmma(const KvLayerView& L, int heads, int window, int splits) {
+  return window == 0 && !L.fp8() && L.page_table && L.rows > 0 && L.d == kFaD && splits == 1 &&
+         heads % L.kv_heads == 0 && kFaRows % (heads / L.kv_heads) == 0;
 }
 
 int flash_prefill_splits(int T, int p0, int heads, int kv_heads, int window, size_t scratch_floats) {
@@ -503,7 +559,7 @@ void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int 
   // The quantization in the epilogue: one split, and 8 query heads a KV head (see the kernel).
   const bool fused_quant = quant.q && splits == 1 && group == 8;
   if (L.fp8() && !L.page_table) fail_plain("flash_prefill: the FP8 KV cache needs page tables");
-  if (flash_prefill_on_wgmma(L, heads, splits)) {
+  if (flash_prefill_on_wgmma(L, heads, window, splits)) {
     static const bool configured = [] {
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(kWgSmemBytes)));
@@ -511,7 +567,7 @@ void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int 
     }();
     (void)configured;
     flash_prefill_wgmma_kernel<<<grid, kWgThreads, kWgSmemBytes, s>>>(
-        kv_page_map(L.k, L), kv_page_map(L.v, L), L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e,
+        kv_page_map(L.k, L), kv_page_map(L.v, L), L, q, sinks, slot, p0, out, T, heads, scale * kLog2e,
         fused_quant ? quant : Quantized1x128{});
   } else {
     (L.fp8() ? flash_prefill_kernel<true> : flash_prefill_kernel<false>)<<<grid, kFaThreads, 0, s>>>(
