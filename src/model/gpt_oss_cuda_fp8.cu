@@ -132,11 +132,19 @@ struct GptOssCudaFp8::Impl {
   // MXFP4 experts of long prompt chunks (lt_moe): one layer's experts decoded to BF16 (the first
   // GEMM's, then the second's) for cuBLAS's BF16 GEMMs, and its handle.
   DeviceArray<cuda::bf16> experts_bf16;
-  // With FP8 dense layers the long chunks' MXFP4 experts run W4A8 instead: the grouped wgmma GEMM
-  // converts them to FP8 with power-of-two block scales (formats/mxfp4.h mxfp4_to_fp8) in its
-  // mainloop, on the FP8 rows the route kernel quantized (w4a8_long_chunks: the scratch for them).
+  // With FP8 dense layers the long chunks' MXFP4 experts run W4A8 instead: one layer's experts
+  // converted to FP8 with power-of-two block scales (formats/mxfp4.h mxfp4_to_fp8) for cuBLASLt on
+  // the FP8 rows the route kernel quantized. [0]: the first GEMM's, [1]: the second's; codes
+  // [E][N][K], scales experts_fp8_sper an expert. The conversions run on conv_stream (low
+  // priority), a layer ahead: layer l + 1's first matrix as soon as layer l's first GEMMs are done
+  // with the buffer (conv_free[0]), so that it streams while the attention computes; the GEMMs
+  // wait on conv_ready.
   const bool mxfp4_lt_fp8 = mxfp4 && !dense_bf16;
-  bool w4a8_long_chunks = false;
+  DeviceArray<uint8_t> experts_fp8[2];
+  DeviceArray<float> experts_fp8_s[2];
+  size_t experts_fp8_sper = 0;
+  cudaStream_t conv_stream{};
+  cudaEvent_t conv_ready[2]{}, conv_free[2]{}, forward_start{};
   std::unique_ptr<cuda::Blas> blas;
   std::map<int, cudaGraphExec_t> graphs;
   // The persistent decode kernel's plan per decode bucket (built on the bucket's first step).
@@ -388,7 +396,21 @@ struct GptOssCudaFp8::Impl {
       // FP8 dense layers, BF16 with BF16 ones.
       const bool long_chunks = opt.cublaslt && R * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * E;
       if (long_chunks && mxfp4_lt_fp8) {
-        w4a8_long_chunks = true;
+        experts_fp8[0] = DeviceArray<uint8_t>(size_t(E) * 2 * I * H);
+        experts_fp8[1] = DeviceArray<uint8_t>(size_t(E) * H * I);
+        for (int rows : {1, 128})
+          experts_fp8_sper = std::max({experts_fp8_sper, mxfp4_fp8_scales_size(2 * I, H, rows),
+                                       mxfp4_fp8_scales_size(H, I, rows)});
+        const std::vector<float> ones(size_t(E) * experts_fp8_sper, 1.0f);
+        for (auto& sc : experts_fp8_s) {
+          sc = DeviceArray<float>(ones.size());
+          OSPREY_CUDA_CHECK(cudaMemcpy(sc.ptr, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+        }
+        int lo = 0, hi = 0;
+        OSPREY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        OSPREY_CUDA_CHECK(cudaStreamCreateWithPriority(&conv_stream, cudaStreamNonBlocking, lo));
+        for (cudaEvent_t* ev : {&conv_ready[0], &conv_ready[1], &conv_free[0], &conv_free[1], &forward_start})
+          OSPREY_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
         act_moe.reserve(P, H), act_a.reserve(P, I);
       } else if (long_chunks) {
         experts_bf16 = DeviceArray<cuda::bf16>(size_t(E) * std::max(size_t(2) * I * mxfp4_act_cols(H),
@@ -455,6 +477,11 @@ struct GptOssCudaFp8::Impl {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
     if (h_masks) cudaFreeHost(h_masks), cudaFreeHost(h_mask_has);
     cudaStreamDestroy(stream);
+    if (conv_stream) {
+      cudaStreamSynchronize(conv_stream);
+      for (cudaEvent_t ev : {conv_ready[0], conv_ready[1], conv_free[0], conv_free[1], forward_start}) cudaEventDestroy(ev);
+      cudaStreamDestroy(conv_stream);
+    }
   }
 
   // The most KV splits a decode step uses (the scratch is sized for it).
@@ -599,6 +626,23 @@ struct GptOssCudaFp8::Impl {
       for (int e = 0; e < E; ++e)
         if (seg_host[e + 1] > seg_host[e]) fn(e, seg_host[e], seg_host[e + 1] - seg_host[e]);
     };
+    // W4A8: matrix j (0: the first GEMM's, 1: the second's) of layer l converted on conv_stream
+    // once the buffer is free (every expert: the conversion runs before the routing is known).
+    const bool w4a8 = mxfp4_lt_fp8 && pass.lt_moe;
+    auto convert = [&](int l, int j) {
+      if (l >= cfg.num_layers) return;
+      const Mxfp4Weight& M = j == 0 ? layers[l].mx1 : layers[l].mx2;
+      cuda::mxfp4_experts_to_fp8(M.view(nullptr), nullptr,
+                                 {experts_fp8[j].ptr, experts_fp8_s[j].ptr, experts_fp8_sper, M.fp8_block_rows,
+                                  M.fp8_smax.ptr},
+                                 conv_stream);
+      OSPREY_CUDA_CHECK(cudaEventRecord(conv_ready[j], conv_stream));
+    };
+    if (w4a8) {
+      OSPREY_CUDA_CHECK(cudaEventRecord(forward_start, stream));  // the previous forward's GEMMs are done
+      OSPREY_CUDA_CHECK(cudaStreamWaitEvent(conv_stream, forward_start, 0));
+      convert(0, 0), convert(0, 1);
+    }
     for (int l = 0; l < cfg.num_layers; ++l) {
       Layer& L = layers[l];
       const cuda::KvLayerView kv = view(l);
@@ -695,25 +739,36 @@ struct GptOssCudaFp8::Impl {
       } else if (pass.lt_moe) {
         // The route kernel's quantized rows, gathered by expert, through the grouped wgmma GEMMs
         // (every expert in one launch, the segments read on the device): FP8 experts as loaded, or
-        // MXFP4 experts converted to FP8 in the GEMM's mainloop (W4A8).
+        // MXFP4 experts converted (W4A8) for each GEMM in turn.
         cuda::gather_act_1x128(act_h.q.ptr, act_h.s.ptr, ld, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr,
                                by_expert, stream);
-        // One grouped GEMM of N outputs and K inputs over the rows x, xs into out: W's FP8 experts, or M's MXFP4 ones.
-        auto grouped = [&](const Fp8Weight& W, const Mxfp4Weight& M, const uint8_t* x, const float* xs, float* out,
-                           int N, int K) {
+        // GEMM j (0: W = mlp1, 1: mlp2) of N outputs and K inputs over the rows x, xs into out.
+        auto grouped = [&](int j, const Fp8Weight& W, const Mxfp4Weight& M, const uint8_t* x, const float* xs,
+                           float* out, int N, int K) {
           cuda::GroupedFp8Gemm g{.seg = d_seg.ptr, .experts = E, .x = x, .xs = xs, .rows = P, .y = out, .N = N, .K = K};
           if (mxfp4) {
-            g.w_mxfp4 = M.tiles.ptr, g.w_mxfp4_block_rows = M.fp8_block_rows;
-            if (M.fp8_block_rows == 128) g.w_mxfp4_smax = M.fp8_smax.ptr;
+            g.w = experts_fp8[j].ptr, g.ws = experts_fp8_s[j].ptr, g.ws_per = experts_fp8_sper;
+            g.wmode = M.fp8_block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
           } else {
             g.w = W.data(), g.ws = W.scale(), g.ws_per = W.scales_per();
           }
           return g;
         };
-        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(L.mlp1, L.mx1, act_moe.q.ptr, act_moe.s.ptr, t1.ptr, 2 * I, H),
+        // After layer l's GEMMs of matrix j: its buffer takes layer l + 1's.
+        auto release = [&](int j) {
+          if (!mxfp4) return;
+          OSPREY_CUDA_CHECK(cudaEventRecord(conv_free[j], stream));
+          OSPREY_CUDA_CHECK(cudaStreamWaitEvent(conv_stream, conv_free[j], 0));
+          convert(l + 1, j);
+        };
+        if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[0], 0));
+        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(0, L.mlp1, L.mx1, act_moe.q.ptr, act_moe.s.ptr, t1.ptr, 2 * I, H),
                                                stream);
+        release(0);
         cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
-        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(L.mlp2, L.mx2, act_a.q.ptr, act_a.s.ptr, y.ptr, H, I), stream);
+        if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[1], 0));
+        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(1, L.mlp2, L.mx2, act_a.q.ptr, act_a.s.ptr, y.ptr, H, I), stream);
+        release(1);
       } else {
         cuda::Fp8ExpertRows by_token = fp8_rows;  // each sorted row reads its token's quantized row
         by_token.x_rows = d_row_token.ptr, by_token.x_ld = ld;
@@ -976,7 +1031,7 @@ struct GptOssCudaFp8::Impl {
     const bool grouped_fp8_fits = cuda::m_grouped_fp8_gemm_nt_supported(2 * I, H, cfg.num_experts) &&
                                   cuda::m_grouped_fp8_gemm_nt_supported(H, I, cfg.num_experts);
     pass.lt_moe = mxfp4 ? T * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * cfg.num_experts &&
-                              (experts_bf16.ptr || (w4a8_long_chunks && grouped_fp8_fits))
+                              (experts_bf16.ptr || (experts_fp8[0].ptr && grouped_fp8_fits))
                         : opt.cublaslt && T * cfg.experts_per_token >= 16 * cfg.num_experts && grouped_fp8_fits;
     pass.attn_splits = pass.decode_rows > 0
                            ? cuda::decode_attention_splits(pass.decode_rows, cfg.num_kv_heads, decode_splits())

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -15,7 +14,6 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_fp8.cuh"
-#include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 
 namespace osprey {
@@ -464,74 +462,6 @@ TEST(MoeMxfp4, W4a8ExpertsThroughCublasLtEqualCpuTwin) {
       EXPECT_LT(rel_err(twin, exact), 1e-6) << "the conversion lost something";
     }
   }
-}
-
-// W4A8 in the grouped wgmma GEMM's mainloop (GroupedFp8Gemm::w_mxfp4, what the model runs for
-// long prompt chunks): bit for bit the grouped GEMM over the weights the conversion pass makes
-// (mxfp4_experts_to_fp8, itself equal to the CPU's mxfp4_to_fp8), with 1x128 and 128x128 scales.
-// Awkward segments: an expert without rows, one with 4 rows, partial row tiles, one with most
-// rows; N = 320 (a partial column tile) and 2,880 (K and N both 22.5 blocks: the half K block and
-// the quarter column tile), scales spanning more than 2^14 in some blocks (they round, the same
-// way in both).
-TEST(MoeMxfp4, W4a8InTheGroupedGemmMainloopEqualsTheConversionPass) {
-  const int K = 2880, KB = fp8::blocks(K);
-  struct Case {
-    int N;
-    std::vector<int> lens;
-  };
-  for (const Case& c : {Case{320, {4, 0, 132, 260}}, Case{2880, {516, 8, 0, 4}}}) {
-    const int N = c.N, E = int(c.lens.size());
-    std::vector<int32_t> seg = {0};
-    for (int n : c.lens) seg.push_back(seg.back() + n);
-    const int P = seg[E], rows = P + 8;
-    SCOPED_TRACE("N " + std::to_string(N) + ", " + std::to_string(P) + " rows");
-    const HostExperts W(E, N, K, 61, 110, 134);
-    const Mxfp4Fp8Blocks blocks = mxfp4_fp8_blocks(W.scales.data(), E, N, K);
-    Dev<int32_t> dseg(seg);
-    Dev<uint8_t> tiles(W.relaid), dsmax(blocks.smax), xq(size_t(rows) * K);
-    Dev<float> dx(randf(size_t(rows) * K, 62, 2.0f)), xs(size_t(KB) * rows + 64);
-    cuda::quantize_act_1x128(dx.p, nullptr, P, K, xq.p, xs.p, cuda::ActScales::by_expert(dseg.p, E), nullptr);
-    for (int block_rows : {1, 128}) {
-      SCOPED_TRACE("blocks of " + std::to_string(block_rows) + " rows");
-      const size_t sper = mxfp4_fp8_scales_size(N, K, block_rows) + 4;  // a multiple of 4 floats
-      Dev<uint8_t> codes(size_t(E) * N * K);
-      Dev<float> scales(std::vector<float>(size_t(E) * sper, 1.0f));
-      cuda::mxfp4_experts_to_fp8({tiles.p, nullptr, E, N, K}, nullptr, {codes.p, scales.p, sper, block_rows, dsmax.p},
-                                 nullptr);
-      const auto mode = block_rows == 1 ? cuda::WeightScales::Row1x128 : cuda::WeightScales::Block128x128;
-      Dev<float> y1(std::vector<float>(size_t(rows) * N, -7.0f)), y2(y1.get());
-      cuda::m_grouped_fp8_gemm_nt_contiguous({.seg = dseg.p, .experts = E, .x = xq.p, .xs = xs.p, .rows = rows,
-                                              .w = codes.p, .ws = scales.p, .ws_per = sper, .wmode = mode,
-                                              .y = y1.p, .N = N, .K = K},
-                                             nullptr);
-      cuda::m_grouped_fp8_gemm_nt_contiguous({.seg = dseg.p, .experts = E, .x = xq.p, .xs = xs.p, .rows = rows,
-                                              .y = y2.p, .N = N, .K = K, .w_mxfp4 = tiles.p,
-                                              .w_mxfp4_smax = block_rows == 128 ? dsmax.p : nullptr,
-                                              .w_mxfp4_block_rows = block_rows},
-                                             nullptr);
-      const auto a = y1.get(), b = y2.get();
-      for (size_t i = 0; i < a.size(); ++i) {
-        uint32_t ba, bb;
-        std::memcpy(&ba, &a[i], 4), std::memcpy(&bb, &b[i], 4);
-        ASSERT_EQ(ba, bb) << "row " << i / N << " column " << i % N;
-      }
-      for (size_t i = size_t(P) * N; i < b.size(); ++i) ASSERT_EQ(b[i], -7.0f) << "written past the last segment";
-    }
-  }
-  // One source of weights: both, or MXFP4 blocks of 128 rows without their Smax, are refused.
-  Dev<int32_t> dseg(std::vector<int32_t>{0, 4});
-  Dev<uint8_t> x(4 * 2880), t(16);
-  Dev<float> xs(64), y(4 * 320);
-  EXPECT_THROW(cuda::m_grouped_fp8_gemm_nt_contiguous({.seg = dseg.p, .experts = 1, .x = x.p, .xs = xs.p, .rows = 4,
-                                                       .w = x.p, .ws = xs.p, .y = y.p, .N = 320, .K = 2880,
-                                                       .w_mxfp4 = t.p, .w_mxfp4_block_rows = 1},
-                                                      nullptr),
-               std::exception);
-  EXPECT_THROW(cuda::m_grouped_fp8_gemm_nt_contiguous({.seg = dseg.p, .experts = 1, .x = x.p, .xs = xs.p, .rows = 4,
-                                                       .y = y.p, .N = 320, .K = 2880, .w_mxfp4 = t.p,
-                                                       .w_mxfp4_block_rows = 128},
-                                                      nullptr),
-               std::exception);
 }
 
 }  // namespace

@@ -20,7 +20,6 @@
 #include <string>
 
 #include "kernels/cuda/cp_async.cuh"
-#include "kernels/cuda/mxfp4_fp8.cuh"
 #include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -35,22 +34,17 @@ constexpr int kConsumerWarps = 8;
 // 32 and 128 experts).
 constexpr int kTileCols = 256, kTileStages = 4;
 constexpr int kTileShare = 0;  // Share: kShareNone
-// MXFP4 weights: each stage also holds the weight rows' MXFP4 tiles, so 3 stages fit.
-constexpr int kMxStages = 3;
 
-// A tile of 128 rows by kHalves x 128 columns, a ring of kStages_ K blocks. kMx: the weights
-// arrive as MXFP4 tiles (raw, 16 rows each) that the converter warps turn into the FP8 codes of b.
-template <int kHalves, int kStages_, bool kMx = false>
+// A tile of 128 rows by kHalves x 128 columns, a ring of kStages_ K blocks.
+template <int kHalves, int kStages_>
 struct Ring {
-  static constexpr int kBN = 128 * kHalves, kStages = kStages_, kRawTiles = kBN / kMxfp4TileRows;
+  static constexpr int kBN = 128 * kHalves, kStages = kStages_;
   struct Smem {
     uint8_t a[kStages][kBM * kBK];  // rows' codes, swizzled (1,024-byte aligned)
     uint8_t b[kStages][kBN * kBK];  // weights' codes, swizzled
     float as[kStages][kBM];         // the rows' scales of the stage's K block
     float bs[kStages][kBN];         // the weights' column scales (Row1x128)
-    uint8_t raw[kStages][kMx ? kRawTiles * kMxfp4TileBytes : 16];  // kMx: the stage's MXFP4 tiles
-    uint64_t full[kStages], empty[kStages], raw_full[kStages];
-    uint8_t mag[kFp8Distances][8];  // kMx: mxfp4_fp8.cuh's magnitude table
+    uint64_t full[kStages], empty[kStages];
     int seg[kMaxExperts + 1];
     int tile_start[kMaxExperts + 1];  // first row tile of each expert; [experts]: the total
   };
@@ -66,11 +60,6 @@ struct Args {
   int ws_ld;  // Block128x128: scales of a block row
   float* y;
   int N, KB, NB;
-  // MXFP4 weights converted in the mainloop: tiles [experts][N/16][KB][1088 B], and with 128x128
-  // blocks (not kRowScales) their Smax [experts][ceil(N/128)][KB].
-  const uint8_t* mx_tiles;
-  const uint8_t* mx_smax;
-  int K;
 };
 
 // A tile of the walk: expert e's row tile mb, column tile nb.
@@ -118,7 +107,7 @@ struct Walk {
 };
 
 // The loop of consumer warpgroup c (0 or 1): rows 64c .. 64c + 63 of each tile.
-template <bool kRowScales, int kHalves, int kShare, bool kMx, class S>
+template <bool kRowScales, int kHalves, int kShare, class S>
 __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, int total, int c, uint32_t peer) {
   constexpr int kBN = 128 * kHalves, kStages = sizeof(s.full) / sizeof(s.full[0]);
   const int E = g.experts, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -134,20 +123,15 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
     const int seg_e = s.seg[T.e], len = s.seg[T.e + 1] - seg_e, r0 = seg_e + T.mb * kBM;
     // rows or cols <= 0: a pair's spare tile
     const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
-    const float* wsb = kMx ? nullptr : g.ws + T.e * g.ws_per + size_t(T.nb * kHalves) * g.ws_ld;
+    const float* wsb = g.ws + T.e * g.ws_per + size_t(T.nb * kHalves) * g.ws_ld;
     float acc[64 * kHalves];
 #pragma unroll
     for (int i = 0; i < 64 * kHalves; ++i) acc[i] = 0.0f;
     for (int kb = 0; kb < g.KB; ++kb) {
       float sw[kHalves];
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        if (kRowScales || cols <= 128 * h) sw[h] = 1.0f;
-        else if (kMx)  // the 128x128 block's scale from its Smax, as the conversion pass writes it
-          sw[h] = ldexpf(1.0f, int(__ldg(g.mx_smax + (size_t(T.e) * ((g.N + 127) / 128) + (n0 + 128 * h) / 128) * g.KB + kb)) -
-                                   127 - kMxfp4Fp8Shift);
-        else sw[h] = __ldg(wsb + size_t(h) * g.ws_ld + kb);
-      }
+      for (int h = 0; h < kHalves; ++h)
+        sw[h] = kRowScales || cols <= 0 ? 1.0f : __ldg(wsb + size_t(h) * g.ws_ld + kb);
       sm90::mbar_wait(&s.full[stage], phase);
       const uint32_t a0 = sm90::smem_u32(s.a[stage]) + c * 64 * kBK;
       const float as0 = s.as[stage][rl], as1 = s.as[stage][rl + 8];
@@ -208,75 +192,22 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
   }
 }
 
-// The converter warps (kMx: warps 1..3 of the producer's warpgroup, thread ct of 96): per stage,
-// once the MXFP4 tiles of the tile's kBN weight rows have landed in raw, each (row, group of 32)
-// becomes 32 E4M3 codes in b's swizzled layout (16-byte piece p of row r at p ^ (r % 8), as TMA
-// writes it), with kRowScales the row's 1x128 scale in bs; then a cross-proxy fence (wgmma reads
-// b through the async proxy) and one arrival a warp on the stage's full barrier. Rows past N are
-// left as they are (their columns are not stored).
-template <bool kRowScales, int kHalves, class S>
-__device__ inline void convert_mxfp4(S& s, const Args& g, const Walk<kShareNone>& walk, int total, int ct) {
-  constexpr int kBN = 128 * kHalves, kStages = sizeof(s.full) / sizeof(s.full[0]), kThreadsC = 96;
-  const int E = g.experts, G = g.K / kMxfp4Group, NB128 = (g.N + 127) / 128;
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int u = walk.first; u < total; u += walk.step) {
-    const Tile T = walk.tile(s, E, u);
-    const int n0 = T.nb * kBN;
-    for (int kb = 0; kb < g.KB; ++kb) {
-      const int groups = min(4, G - 4 * kb);  // the groups K has in this block
-      sm90::mbar_wait(&s.raw_full[stage], phase);
-#pragma unroll 1
-      for (int i = ct; i < kBN * 4; i += kThreadsC) {
-        const int nl = i >> 2, gq = i & 3, n = n0 + nl, r = nl % kMxfp4TileRows;
-        if (n >= g.N) break;  // i grows with nl: the rest are past N too
-        const uint8_t* t = s.raw[stage] + (nl / kMxfp4TileRows) * kMxfp4TileBytes;
-        const uint32_t s4 = *reinterpret_cast<const uint32_t*>(t + 1024 + 4 * r);
-        int smax = 0;
-        if constexpr (kRowScales) {
-          for (int q = 0; q < groups; ++q) smax = max(smax, int((s4 >> (8 * q)) & 0xFF));
-        } else {
-          smax = __ldg(g.mx_smax + (size_t(T.e) * NB128 + n / 128) * g.KB + kb);
-        }
-        const int d = mxfp4_fp8_distance(smax, int((s4 >> (8 * gq)) & 0xFF));
-        uint32_t codes[8];
-        mxfp4_group_to_e4m3(*reinterpret_cast<const uint4*>(t + r * 64 + gq * 16),
-                            *reinterpret_cast<const uint2*>(s.mag[d]), codes);
-        const int rr = nl & 127;
-        uint8_t* row = s.b[stage] + (nl >> 7) * 128 * kBK + rr * kBK;
-        *reinterpret_cast<uint4*>(row + (((2 * gq) ^ (rr & 7)) * 16)) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
-        *reinterpret_cast<uint4*>(row + (((2 * gq + 1) ^ (rr & 7)) * 16)) =
-            make_uint4(codes[4], codes[5], codes[6], codes[7]);
-        if (kRowScales && gq == 0) s.bs[stage][nl] = ldexpf(1.0f, smax - 127 - kMxfp4Fp8Shift);
-      }
-      sm90::fence_proxy_async_shared();  // b's generic stores before wgmma's reads; raw's reads before the next bulk copy
-      __syncwarp();
-      if ((threadIdx.x & 31) == 0) sm90::mbar_arrive(&s.full[stage]);
-      if (++stage == kStages) stage = 0, phase ^= 1;
-    }
-  }
-}
-
-template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone, bool kMx = false>
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
 __global__ void __launch_bounds__(kThreads, 1)
     m_grouped_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, Args g) {
-  using R = Ring<kHalves, kStagesT, kMx>;
+  using R = Ring<kHalves, kStagesT>;
   using Smem = typename R::Smem;
   constexpr int kBN = R::kBN, kStages = R::kStages;
   extern __shared__ uint8_t smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int tid = threadIdx.x, E = g.experts;
   static_assert(kShare != kShareWeights || kHalves == 2, "weight halves are 128-row boxes");
-  static_assert(!kMx || kShare == kShareNone, "MXFP4 weights: unpaired blocks");
-  if constexpr (kMx) fill_fp8_magnitudes(s.mag);
   const uint32_t rank = kShare ? sm90::cluster_ctarank() : 0, peer = rank ^ 1;
   if (tid <= E) s.seg[tid] = g.seg[tid];
   if (tid == 0) {
     // A stage is free when the consumers of both blocks of a pair have read it.
-    // kMx: a stage is full when its TMA bytes have landed and the 3 converter warps have written b.
     for (int i = 0; i < kStages; ++i)
-      sm90::mbar_init(&s.full[i], kMx ? 4 : 1), sm90::mbar_init(&s.empty[i], kConsumerWarps * (kShare ? 2 : 1)),
-          sm90::mbar_init(&s.raw_full[i], 1);
+      sm90::mbar_init(&s.full[i], 1), sm90::mbar_init(&s.empty[i], kConsumerWarps * (kShare ? 2 : 1));
     sm90::mbar_fence_init();
     sm90::tma_prefetch_descriptor(&tx), sm90::tma_prefetch_descriptor(&tw);
   }
@@ -313,12 +244,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {  // the producer: one thread; its warpgroup gives its registers to the consumers
     if constexpr (kRegs) sm90::setmaxnreg_dec<40>();
-    if constexpr (kMx) {
-      if (tid >= 32) {
-        convert_mxfp4<kRowScales, kHalves>(s, g, walk, total, tid - 32);
-        return;
-      }
-    }
     if (tid == 0) {
       int stage = 0;
       uint32_t phase = 0;
@@ -327,25 +252,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int len = s.seg[T.e + 1] - s.seg[T.e], r0 = s.seg[T.e] + T.mb * kBM;
         const int rows = max(0, min(kBM, len - T.mb * kBM)), n0 = T.nb * kBN, cols = max(0, min(kBN, g.N - n0));
         const float* xs = g.xs + size_t(g.KB) * s.seg[T.e] + T.mb * kBM;
-        const float* ws = kMx ? nullptr : g.ws + T.e * g.ws_per + n0;
+        const float* ws = g.ws + T.e * g.ws_per + n0;
         for (int kb = 0; kb < g.KB; ++kb) {
           sm90::mbar_wait(&s.empty[stage], phase ^ 1);
-          const uint32_t bytes = (kBM + (kMx ? 0 : kBN)) * kBK + 4 * rows + (kRowScales && !kMx ? 4 * cols : 0);
+          const uint32_t bytes = (kBM + kBN) * kBK + 4 * rows + (kRowScales ? 4 * cols : 0);
           sm90::mbar_arrive_expect_tx(&s.full[stage], bytes);
           if constexpr (kShare == kShareRows)  // this block's half of the rows, into both blocks
             sm90::tma_load_2d_multicast(s.a[stage] + rank * (kBM / 2) * kBK, &tx, &s.full[stage], kb * kBK,
                                         r0 + int(rank) * (kBM / 2), 0x3);
           else
             sm90::tma_load_2d(s.a[stage], &tx, &s.full[stage], kb * kBK, r0);
-          if constexpr (kMx) {  // the weight rows' MXFP4 tiles (rows past N: none) for the converters
-            const int tiles = (cols + kMxfp4TileRows - 1) / kMxfp4TileRows;
-            sm90::mbar_arrive_expect_tx(&s.raw_full[stage], uint32_t(tiles) * kMxfp4TileBytes);
-            const uint8_t* src = g.mx_tiles + ((size_t(T.e) * (g.N / kMxfp4TileRows) + n0 / kMxfp4TileRows) * g.KB + kb) *
-                                                  size_t(kMxfp4TileBytes);
-            for (int j = 0; j < tiles; ++j)
-              sm90::bulk_load(s.raw[stage] + j * kMxfp4TileBytes, src + size_t(j) * g.KB * kMxfp4TileBytes,
-                              kMxfp4TileBytes, &s.raw_full[stage]);
-          } else if constexpr (kShare == kShareWeights) {  // this block's half of the weights, into both blocks
+          if constexpr (kShare == kShareWeights) {  // this block's half of the weights, into both blocks
             sm90::tma_load_2d_multicast(s.b[stage] + rank * 128 * kBK, &tw, &s.full[stage], kb * kBK,
                                         T.e * g.N + n0 + 128 * int(rank), 0x3);
           } else {
@@ -354,14 +271,14 @@ __global__ void __launch_bounds__(kThreads, 1)
               sm90::tma_load_2d(s.b[stage] + h * 128 * kBK, &tw, &s.full[stage], kb * kBK, T.e * g.N + n0 + 128 * h);
           }
           if (rows > 0) sm90::bulk_load(s.as[stage], xs + size_t(kb) * len, 4 * rows, &s.full[stage]);
-          if (kRowScales && !kMx && cols > 0) sm90::bulk_load(s.bs[stage], ws + size_t(kb) * g.N, 4 * cols, &s.full[stage]);
+          if (kRowScales && cols > 0) sm90::bulk_load(s.bs[stage], ws + size_t(kb) * g.N, 4 * cols, &s.full[stage]);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
     }
   } else {  // the consumers: warpgroup c takes rows 64c .. 64c + 63 of each tile
     if constexpr (kRegs) sm90::setmaxnreg_inc<232>();
-    consume<kRowScales, kHalves, kShare, kMx>(s, g, walk, total, wg - 1, peer);
+    consume<kRowScales, kHalves, kShare>(s, g, walk, total, wg - 1, peer);
   }
   if constexpr (kShare != kShareNone) sm90::cluster_sync();  // no block leaves while its peer may still signal it
 }
@@ -373,17 +290,17 @@ CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols, uint32_t 
   return tma_map_swizzled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, "m_grouped_fp8_gemm_nt");
 }
 
-template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone, bool kMx = false>
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
 void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
-  using R = Ring<kHalves, kStagesT, kMx>;
-  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs, kShare, kMx>;
+  using R = Ring<kHalves, kStagesT>;
+  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs, kShare>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(R::kSmemBytes)));
     return true;
   }();
   (void)configured;
   const CUtensorMap tx = box128_map(g.x, uint64_t(g.rows), uint64_t(g.K), kShare == kShareRows ? kBM / 2 : kBM);
-  const CUtensorMap tw = kMx ? tx : box128_map(g.w, uint64_t(g.experts) * g.N, uint64_t(g.K));  // kMx: unused
+  const CUtensorMap tw = box128_map(g.w, uint64_t(g.experts) * g.N, uint64_t(g.K));
   // Row tiles: at most rows / 128 whole ones plus one partial an expert.
   const long tiles = (long(g.rows) / kBM + g.experts) * a.NB;
   int grid = int(std::min<long>(sm_count(), tiles));
@@ -404,23 +321,14 @@ void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
 
 Args args_of(const GroupedFp8Gemm& g, int bn) {
   const int KB = (g.K + kBK - 1) / kBK;
-  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn,
-              g.w_mxfp4, g.w_mxfp4_smax, g.K};
+  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn};
 }
 
 void check(const GroupedFp8Gemm& g, const char* what) {
   if (!m_grouped_fp8_gemm_nt_supported(g.N, g.K, g.experts))
     fail_plain(std::string(what) + ": needs K % 16 == 0, N % 4 == 0 and 1 to 256 experts (got N " +
                std::to_string(g.N) + ", K " + std::to_string(g.K) + ", " + std::to_string(g.experts) + " experts)");
-  if (!g.seg || !g.x || !g.xs || g.rows < 1) fail_plain(std::string(what) + ": missing operands");
-  if (g.w_mxfp4) {  // one source of weights: FP8 codes and scales, or MXFP4 tiles
-    if (g.w || g.ws || g.N % kMxfp4TileRows || g.K % kMxfp4Group ||
-        (g.w_mxfp4_block_rows != 1 && g.w_mxfp4_block_rows != 128) || (g.w_mxfp4_block_rows == 128 && !g.w_mxfp4_smax))
-      fail_plain(std::string(what) + ": MXFP4 weights take no FP8 codes or scales, N % 16 == 0, K % 32 == 0 and "
-                 "blocks of 1 or 128 rows (128: with their Smax)");
-  } else if (!g.w || !g.ws || g.w_mxfp4_smax || g.w_mxfp4_block_rows) {
-    fail_plain(std::string(what) + ": FP8 weights need their codes and scales (and no MXFP4 fields)");
-  }
+  if (!g.seg || !g.x || !g.xs || !g.w || !g.ws || g.rows < 1) fail_plain(std::string(what) + ": missing operands");
   // The scales arrive by bulk copies of whole 16-byte units.
   if ((reinterpret_cast<uintptr_t>(g.xs) | reinterpret_cast<uintptr_t>(g.ws)) % 16 || g.ws_per % 4)
     fail_plain(std::string(what) + ": the scales must start 16-byte aligned, each expert's a multiple of 4 floats on");
@@ -436,14 +344,8 @@ void m_grouped_fp8_gemm_nt_contiguous(const GroupedFp8Gemm& g, cudaStream_t st) 
   check(g, "m_grouped_fp8_gemm_nt_contiguous");
   if (!g.y) fail_plain("m_grouped_fp8_gemm_nt_contiguous: no output");
   const Args a = args_of(g, kTileCols);
-  if (g.w_mxfp4) {
-    if (g.w_mxfp4_block_rows == 1) launch<true, kTileCols / 128, kMxStages, true, kShareNone, true>(g, a, st);
-    else launch<false, kTileCols / 128, kMxStages, true, kShareNone, true>(g, a, st);
-  } else if (g.wmode == WeightScales::Row1x128) {
-    launch<true, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
-  } else {
-    launch<false, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
-  }
+  if (g.wmode == WeightScales::Row1x128) launch<true, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
+  else launch<false, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
 }
 
 }  // namespace osprey::cuda

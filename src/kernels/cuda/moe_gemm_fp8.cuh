@@ -1,6 +1,6 @@
 // The grouped FP8 GEMM of a prompt chunk's experts on Hopper's warpgroup tensor cores: every
 // expert of a layer in one launch, the experts' rows found on the device (no host round trip).
-// FP8 experts as loaded and MXFP4 experts converted in its mainloop (W4A8) both run it; decode
+// FP8 experts as loaded and MXFP4 experts converted for the chunk (W4A8) both run it; decode
 // steps, with few rows an expert, take the skinny kernels of fp8.cuh instead.
 #pragma once
 #include "kernels/cuda/gemm_fp8.cuh"
@@ -25,13 +25,6 @@ struct GroupedFp8Gemm {
   WeightScales wmode = WeightScales::Block128x128;
   float* y = nullptr;  // [rows][N]; rows past seg[experts] are not written
   int N = 0, K = 0;
-  // Or MXFP4 experts (W4A8), converted to FP8 in the mainloop bit for bit as mxfp4_experts_to_fp8
-  // converts them with w_mxfp4_block_rows (moe_gemm_mxfp4.cuh): the tiles [experts][N/16][KB][1088
-  // B], and for 128-row blocks their Smax [experts][ceil(N/128)][KB] (mxfp4_fp8_blocks). Then w, ws,
-  // ws_per and wmode are not given; no conversion pass and no FP8 copy of the weights.
-  const uint8_t* w_mxfp4 = nullptr;
-  const uint8_t* w_mxfp4_smax = nullptr;
-  int w_mxfp4_block_rows = 0;
 };
 void m_grouped_fp8_gemm_nt_contiguous(const GroupedFp8Gemm& g, cudaStream_t st);
 

@@ -13,7 +13,6 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4_decode.cuh"
-#include "kernels/cuda/mxfp4_fp8.cuh"
 
 namespace osprey::cuda {
 
@@ -230,6 +229,10 @@ struct Mxfp4Group {
   }
 };
 
+// E2M1 magnitude m (0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ inline float e2m1_magnitude(int m) {
+  return m < 4 ? 0.5f * float(m) : float(1 << (m / 2 - 1)) * (1.0f + 0.5f * float(m % 2));
+}
 
 __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf16* out) {
   pdl_wait();
@@ -256,6 +259,16 @@ __global__ void mxfp4_to_bf16_kernel(Mxfp4ExpertsView W, const int32_t* seg, bf1
       c[t] = __float2bfloat16(ldexpf(code & 8 ? -v : v, exp2));  // exact: a BF16 value
     }
     *reinterpret_cast<uint4*>(row + 32 * u + 8 * g) = chunk;
+  }
+}
+
+// The E4M3 codes of the 8 E2M1 magnitudes at scale distance d = 0 .. kMxfp4Fp8ZeroSpan, and one
+// more entry of zeros for every larger d: bytes m of row d, PRMT's two source words.
+constexpr int kFp8Distances = kMxfp4Fp8ZeroSpan + 2;
+__device__ inline void fill_fp8_magnitudes(uint8_t (*mag)[8]) {
+  for (int i = threadIdx.x; i < kFp8Distances * 8; i += blockDim.x) {
+    const int d = i / 8, m = i % 8;
+    mag[d][m] = d > kMxfp4Fp8ZeroSpan ? uint8_t(0) : e4m3_code(ldexpf(e2m1_magnitude(m), kMxfp4Fp8Shift - d));
   }
 }
 
@@ -306,9 +319,16 @@ __global__ void __launch_bounds__(kConvThreads) mxfp4_to_fp8_kernel(Mxfp4Experts
     if (g == 0 && n[u] % out.block_rows == 0)
       out.scales[size_t(e[u]) * out.scales_per_expert + mxfp4_fp8_scale_index(W.N, W.K, out.block_rows, n[u], kb[u])] =
           ldexpf(1.0f, smax[u] - 127 - kMxfp4Fp8Shift);
-    const int d = mxfp4_fp8_distance(smax[u], int((s4[u] >> (8 * g)) & 0xFF));
-    uint32_t codes[8];
-    mxfp4_group_to_e4m3(raw[u], *reinterpret_cast<const uint2*>(mag[d]), codes);
+    // d >= 0: Smax is the largest of the block's scales (clamped all the same: a table index).
+    const int d = min(max(smax[u] - int((s4[u] >> (8 * g)) & 0xFF), 0), kMxfp4Fp8ZeroSpan + 1);
+    const uint2 m = *reinterpret_cast<const uint2*>(mag[d]);
+    const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    uint32_t codes[8];  // column 8w + 4h + q: byte q of codes[2w + h]
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      codes[2 * w] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<0>(words[w])) | mxfp4_packed_signs<0>(words[w]);
+      codes[2 * w + 1] = __byte_perm(m.x, m.y, mxfp4_packed_magnitudes<1>(words[w])) | mxfp4_packed_signs<1>(words[w]);
+    }
     uint4* dst = reinterpret_cast<uint4*>(out.codes + (size_t(e[u]) * W.N + n[u]) * W.K + size_t(kb[u]) * kBlk + 32 * g);
     dst[0] = make_uint4(codes[0], codes[1], codes[2], codes[3]);
     dst[1] = make_uint4(codes[4], codes[5], codes[6], codes[7]);
