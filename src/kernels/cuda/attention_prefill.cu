@@ -1,6 +1,7 @@
 // Prefill attention on the tensor cores (attention.cuh flash_prefill): FlashAttention-2 over the
-// paged BF16 or FP8 cache, with the sink and the sliding window, split over the keys when a chunk's
-// queries alone cannot fill the GPU.
+// paged BF16 or FP8 cache (mma.sync), with the sink and the sliding window, split over the keys
+// when a chunk's queries alone cannot fill the GPU; and full-attention layers over the BF16 cache
+// on wgmma (FlashAttention-3's structure, below).
 #include <algorithm>
 
 #include "kernels/cuda/attention_common.cuh"

@@ -1,10 +1,11 @@
-// Hopper (sm_90a) primitives for the warpgroup GEMMs: the tensor memory accelerator (TMA) and
-// bulk copies into shared memory, the mbarriers that count their bytes, and wgmma with both
-// operands in shared memory (128-byte swizzled, K-major: what a TMA box of 128-byte rows with
-// CU_TENSOR_MAP_SWIZZLE_128B writes). PTX ISA 8.x, "Asynchronous warpgroup level matrix
-// multiply-accumulate" and "Tensor copy".
+// Hopper (sm_90a) primitives for the warpgroup kernels (the grouped FP8 GEMM, the prefill
+// attention): the tensor memory accelerator (TMA) and bulk copies into shared memory, the
+// mbarriers that count their bytes, and wgmma on operands in shared memory (128-byte swizzled:
+// what a TMA box of 128-byte rows with CU_TENSOR_MAP_SWIZZLE_128B writes; K-major, or MN-major for
+// a transposed BF16 B) or, for BF16, A in registers. PTX ISA 8.x, "Asynchronous warpgroup level
+// matrix multiply-accumulate" and "Tensor copy".
 //
-// wgmma m64nNk32 (e4m3) accumulator layout: warp w of the warpgroup holds rows 16w .. 16w + 15;
+// wgmma m64nNk32 (e4m3) and m64nNk16 (bf16) accumulator layout: warp w of the warpgroup holds rows 16w .. 16w + 15;
 // lane l holds rows 16w + l/4 and + 8, columns 8j + 2(l%4) + {0, 1}: register 4j + h*2 + c is
 // (row 16w + l/4 + 8h, column 8j + 2(l%4) + c), as mma.sync's m16n8 fragments repeated over j.
 #pragma once
