@@ -124,14 +124,23 @@ __device__ inline float warp_quantize_block128(const float (&v)[4], int c0, int 
 }
 
 // YaRN rotation of one (x1, x2) = (x[i], x[i + d/2]) pair at position pos; inv_freq_i = inv_freq[i].
-__device__ inline void rotate_values(float x1, float x2, int pos, float inv_freq_i, float c, float& o1, float& o2) {
-  const float theta = float(pos) * inv_freq_i;
-  float sn, cs;
+// The YaRN rotation's factors of pair i at position pos: c cos(pos inv_freq_i), c sin(...).
+__device__ inline void rope_factors(int pos, float inv_freq_i, float c, float& cs, float& sn) {
+  const float theta = __fmul_rn(float(pos), inv_freq_i);
   sincosf(theta, &sn, &cs);
-  cs *= c;
-  sn *= c;
-  o1 = x1 * cs - x2 * sn;
-  o2 = x2 * cs + x1 * sn;
+  cs = __fmul_rn(cs, c);
+  sn = __fmul_rn(sn, c);
+}
+// (x1, x2) rotated by the factors; the roundings spelled out, so that every kernel that rotates
+// (the decode rope, the prompt chunks' rope with its table of factors) gives the same bits.
+__device__ inline void rotate_by(float x1, float x2, float cs, float sn, float& o1, float& o2) {
+  o1 = __fmaf_rn(x1, cs, -__fmul_rn(x2, sn));
+  o2 = __fmaf_rn(x2, cs, __fmul_rn(x1, sn));
+}
+__device__ inline void rotate_values(float x1, float x2, int pos, float inv_freq_i, float c, float& o1, float& o2) {
+  float cs, sn;
+  rope_factors(pos, inv_freq_i, c, cs, sn);
+  rotate_by(x1, x2, cs, sn, o1, o2);
 }
 
 // Half-split YaRN rotation of pair i of one head (in may equal out).
