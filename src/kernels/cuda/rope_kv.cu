@@ -150,8 +150,10 @@ void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* sl
                        bool decode_rows, const bf16* bias) {
   if (rows == 0) return;
   if (L.d > 128) fail_plain("qkv_rope_to_cache: head_dim " + std::to_string(L.d) + " exceeds 128");
+  // Every warp of the rows kernel takes 4 heads of one kind (q, k or v: the FP8 cache's exponent
+  // is a shuffle over the warp's k or v lanes), so heads and KV heads come in fours.
   const int threads = (heads + 2 * L.kv_heads) * 8;
-  if (!decode_rows && L.d == kRopeD && threads <= 1024 && threads % 32 == 0 &&
+  if (!decode_rows && L.d == kRopeD && threads <= 1024 && heads % 4 == 0 && L.kv_heads % 4 == 0 &&
       ((reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(q)) % 16) == 0 &&
       reinterpret_cast<uintptr_t>(bias) % 8 == 0) {
     launch_pdl("rope", qkv_rope_rows_kernel, unsigned((rows + kRopeTokens - 1) / kRopeTokens), threads, 0, s, L, qkv,
