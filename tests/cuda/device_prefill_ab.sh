@@ -7,7 +7,9 @@
 # one 8k prefill with this build, summed by kernel (ncu_prefill_summary.py); with DETAIL (a kernel
 # name regex), ncu's speed-of-light, occupancy and warp-state sections of the first 12 launches
 # of those kernels in that prefill. Both with a pool of 2,048 KV blocks: ncu's replays save and
-# restore device memory, and with the default pool (108 GB) one pass took minutes. Logs to $OUT.
+# restore device memory, and with the default pool (108 GB) one pass took minutes. NCU_PRESET
+# (default 20b; 120b: the checkpoint in /dev/shm, written first if missing) picks the model of
+# both. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 cuda_tests
@@ -24,17 +26,18 @@ done
 if [ -n "${BASE_BIN:-}" ] && [ -n "${BASE_LAST:-}" ]; then
   for wt in ${WEIGHTS:-fp8 mxfp4}; do run base_again $BASE_BIN $wt; done
 fi
+[ -n "${NCU:-}${DETAIL:-}" ] && NM=$(synth_dir ${NCU_PRESET:-20b})
 if [ -n "${NCU:-}" ]; then
-  ncu --clock-control none --metrics gpu__time_duration.sum --csv $B bench --backend cuda --model $M/20b --weights $NCU \
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv $B bench --backend cuda --model $NM --weights $NCU \
     --prefill-lens 8192 --prefill-reps 1 --prefill-chunk 8192 --batches 1 --contexts 64 --steps 1 --kv-blocks 2048 \
     2>/dev/null > /tmp/ncu_prefill.csv
-  echo "-- ncu prefill 8k, $NCU experts"
+  echo "-- ncu prefill 8k, ${NCU_PRESET:-20b}, $NCU experts"
   python3 "$(dirname "$0")/ncu_prefill_summary.py" /tmp/ncu_prefill.csv | tee $OUT/ncu_prefill_$NCU.txt
 fi
 if [ -n "${DETAIL:-}" ]; then
   ncu --clock-control none --kernel-name "regex:$DETAIL" --launch-count 12 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis $B bench --backend cuda \
-    --model $M/20b --weights ${NCU:-fp8} --prefill-lens 8192 --prefill-reps 1 --prefill-chunk 8192 --batches 1 \
+    --model $NM --weights ${NCU:-fp8} --prefill-lens 8192 --prefill-reps 1 --prefill-chunk 8192 --batches 1 \
     --contexts 64 --steps 1 --kv-blocks 2048 > $OUT/ncu_detail.txt 2>&1
   grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Block Size|Grid Size|Stall|Warp Cycles Per Issued" $OUT/ncu_detail.txt | head -150
 fi
