@@ -140,6 +140,18 @@ __device__ inline void quantize_row_blocks(const float* const (&row)[N], const i
 // past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
 // codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
 // fp32 normalized row. Ends synchronized, row[] readable by the whole block.
+// The norm's gains of this thread's columns threadIdx.x + j THREADS (0 past H), all loads in flight
+// before any store (between stores the compiler must assume the stores may alias them: one round
+// trip per value, 16 a row in a 256-thread block).
+template <int THREADS, int PER>
+__device__ inline void load_gains(const bf16* gain, int H, float (&gv)[PER]) {
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    gv[j] = i < H ? __bfloat162float(gain[i]) : 0.0f;
+  }
+}
+
 template <int THREADS>
 __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS], const bf16* gain, int H, float eps,
                                      float* row, uint8_t* q, float* s, int ld, int t, float* h_out) {
@@ -158,14 +170,8 @@ __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS],
   }
   __syncthreads();
   const float r = rsqrtf(part[0] / H + eps);
-  // The gains first, all loads in flight at once (between stores the compiler must assume the
-  // stores may alias them: one round trip per value, 16 a row in a 256-thread block).
   float gv[PER];
-#pragma unroll
-  for (int j = 0; j < PER; ++j) {
-    const int i = threadIdx.x + j * THREADS;
-    gv[j] = i < H ? __bfloat162float(gain[i]) : 0.0f;
-  }
+  load_gains<THREADS>(gain, H, gv);
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int i = threadIdx.x + j * THREADS;
@@ -219,11 +225,7 @@ __device__ inline void tile_rmsnorm_quantize(float* rows, int Hp, int nt, const 
   }
   __syncthreads();
   float gv[PER];
-#pragma unroll
-  for (int m = 0; m < PER; ++m) {
-    const int c = threadIdx.x + m * THREADS;
-    gv[m] = c < H ? __bfloat162float(gain[c]) : 0.0f;
-  }
+  load_gains<THREADS>(gain, H, gv);
   for (int i = 0; i < nt; ++i) {
     const float r = rsqrtf(part[i][0] / H + eps);
     float* row = rows + size_t(i) * Hp;
