@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prefill A/B on the GPU machine (issue 14): the CUDA tests (TEST_FILTER; SKIP_TESTS=1 skips them),
 # then `bench --backend cuda` on the 20b synthetic checkpoint (written first if missing) for each --weights in
-# WEIGHTS (default fp8 mxfp4), this build and, with BASE_BIN, another build's osprey, in this call
+# WEIGHTS (default fp8 mxfp4; empty: no bench), this build and, with BASE_BIN, another build's osprey, in this call
 # (machines differ by several percent from one call to the next); BASE_LAST=1 runs the base again
 # last. BENCH_ARGS overrides the bench's shape. With NCU=W (a --weights value), ncu kernel times of
 # one 8k prefill with this build, summed by kernel (ncu_prefill_summary.py); with DETAIL (a kernel
@@ -19,12 +19,12 @@ run() {  # label binary weights
   $2 bench --backend cuda --model $M/20b --weights $3 $ARGS --json $OUT/bench_$1_$3.json > $OUT/bench_$1_$3.log 2>&1
   echo "-- $1 $3"; grep -E "^\| [0-9]|rror" $OUT/bench_$1_$3.log
 }
-for wt in ${WEIGHTS:-fp8 mxfp4}; do
+for wt in ${WEIGHTS-fp8 mxfp4}; do
   run this $B $wt
   [ -n "${BASE_BIN:-}" ] && run base $BASE_BIN $wt
 done
 if [ -n "${BASE_BIN:-}" ] && [ -n "${BASE_LAST:-}" ]; then
-  for wt in ${WEIGHTS:-fp8 mxfp4}; do run base_again $BASE_BIN $wt; done
+  for wt in ${WEIGHTS-fp8 mxfp4}; do run base_again $BASE_BIN $wt; done
 fi
 [ -n "${NCU:-}${DETAIL:-}" ] && NM=$(synth_dir ${NCU_PRESET:-20b})
 if [ -n "${NCU:-}" ]; then
