@@ -972,7 +972,7 @@ TEST_P(Fp8Tokens, MoeRouteEqualsNormRouterTopk) {
 }
 
 // Prompt chunks (more than 512 tokens) take the tiled kernel: the same checks, bit for bit, at
-// tiles of 1 token (513), 3 with a remainder (1000), 7 (2048) and 16 with a remainder (4300, the
+// tiles of 1 token (513), 3 with a remainder (1000), 7 (2048) and 8 with a remainder (4300, the
 // tile of an 8192-row chunk).
 TEST(CudaFp8, MoeRouteTiledEqualsNormRouterTopk) {
   for (int T : {513, 1000, 2048, 4300}) {
