@@ -136,10 +136,6 @@ __device__ inline void quantize_row_blocks(const float* const (&row)[N], const i
   }
 }
 
-// RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
-// past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
-// codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
-// fp32 normalized row. Ends synchronized, row[] readable by the whole block.
 // The norm's gains of this thread's columns threadIdx.x + j THREADS (0 past H), all loads in flight
 // before any store (between stores the compiler must assume the stores may alias them: one round
 // trip per value, 16 a row in a 256-thread block).
@@ -152,6 +148,10 @@ __device__ inline void load_gains(const bf16* gain, int H, float (&gv)[PER]) {
   }
 }
 
+// RMSNorm of the row whose values this thread holds (v[j] = value threadIdx.x + j * THREADS, 0
+// past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
+// codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
+// fp32 normalized row. Ends synchronized, row[] readable by the whole block.
 template <int THREADS>
 __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS], const bf16* gain, int H, float eps,
                                      float* row, uint8_t* q, float* s, int ld, int t, float* h_out) {

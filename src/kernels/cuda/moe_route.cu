@@ -100,13 +100,10 @@ __device__ inline void router_tile(const float* rows, int Hp, int nt, const floa
 #pragma unroll
     for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = warp_sum(acc[t][e]);
 }
-__global__ void __launch_bounds__(kRouteThreads, 2) moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H,
-                                                                        float eps, uint8_t* q, float* s, int ld,
-                                                                        float* h_out, bf16* h_mxfp4,
-                                                                        const float* router,
-                                                                        const bf16* router_bias, int E, int k,
-                                                                        int tile, float* logits, int32_t* counter,
-                                                                        int32_t* idx, float* w, MoeSorted sorted) {
+__global__ void __launch_bounds__(kRouteThreads, 2)
+    moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
+                           float* h_out, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
+                           int tile, float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted) {
   constexpr int NW = kRouteThreads / 32;
   extern __shared__ float sm[];  // [tile][Hp] rows, then [tile][E] logits
   __shared__ float part[kRouteTile][NW];
