@@ -263,14 +263,16 @@ TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
 // three zero rows, experts without rows, partial row tiles (132, 260, 516 rows), one expert that
 // gets every row, N = 320, 640 and 2,880 ending in partial column tiles (640: an odd count of
 // 256-column tiles, 2,880: an odd count of row tiles, for blocks that pair them), K = 2,880 ending
-// in a half K block. Rows past the last segment stay as they were.
+// in a half K block, N = 328 whose I = 164 outputs are no multiple of 16 (the epilogue's byte-wise
+// stores). Rows past the last segment stay as they were. The first GEMM's SwiGLU epilogue equals
+// the SwiGLU kernel on the fp32 output, bit for bit.
 TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
   const int K = 2880, KB = fp8::blocks(K);
   struct Case {
     int N;
     std::vector<int> lens;  // rows of each expert, multiples of 4 as sorted
   };
-  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}, Case{640, {132, 8}}}) {
+  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}, Case{640, {132, 8}}, Case{328, {4, 136}}}) {
     const int N = c.N, E = int(c.lens.size());
     std::vector<int32_t> seg = {0};
     for (int n : c.lens) seg.push_back(seg.back() + n);
@@ -325,6 +327,24 @@ TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
         std::memcpy(&bits, &got[i], 4);
         ASSERT_EQ(bits, 0xFFFFFFFFu) << "written past the last segment at " << i;
       }
+      // The SwiGLU epilogue (columns as (gate, up) pairs, I = N / 2) against moe_swiglu_quantize of
+      // the fp32 output, bit for bit: codes, and scales by expert; nothing past the rows.
+      const int I = N / 2, KBI = fp8::blocks(I);
+      const auto b1 = randbf(size_t(E) * N, 72, 0.5f);
+      Dev<bf16> db1(b1);
+      Dev<uint8_t> q_ref(size_t(rows) * I), q_got(size_t(rows) * I);
+      Dev<float> s_ref(size_t(KBI) * rows), s_got(size_t(KBI) * rows);
+      const auto by_expert = cuda::ActScales::by_expert(dseg.p, E);
+      cuda::moe_swiglu_quantize(y.p, as_dev_bf16(db1), by_expert, P, I, 1.702f, 7.0f, q_ref.p, s_ref.p, nullptr);
+      cuda::m_grouped_fp8_gemm_nt_contiguous_swiglu(
+          {.seg = dseg.p, .experts = E, .x = xq.p, .xs = xs.p, .rows = rows, .w = dW.q.p, .ws = row ? dwrow.p : dW.s.p,
+           .ws_per = row ? row_per : W.scales_per_matrix(), .wmode = mode, .N = N, .K = K},
+          {.b1 = as_dev_bf16(db1), .alpha = 1.702f, .limit = 7.0f, .q = q_got.p, .s = s_got.p, .I = I}, nullptr);
+      const auto qr = q_ref.get(), qg = q_got.get();
+      const auto sr = s_ref.get(), sg = s_got.get();
+      for (size_t i = 0; i < size_t(P) * I; ++i) ASSERT_EQ(qg[i], qr[i]) << "code " << i << " (row " << i / I << ")";
+      for (size_t i = size_t(P) * I; i < qg.size(); ++i) ASSERT_EQ(qg[i], 0xFF) << "code written past the rows at " << i;
+      for (size_t i = 0; i < size_t(KBI) * P; ++i) ASSERT_EQ(sg[i], sr[i]) << "scale " << i;
     }
   }
 }
