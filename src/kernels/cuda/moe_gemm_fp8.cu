@@ -138,8 +138,8 @@ template <class S>
 __device__ inline void swiglu_epilogue(S& s, const Args& g, const Tile& T, const float (&acc)[128], uint32_t braw,
                                        int c, int rows, int r0, int seg_e, int len) {
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, qd = lane % 4, n0 = T.nb * 256;
-  // The warpgroup's previous epilogue is done with the staging before it is written again.
-  sm90::named_barrier_sync(1 + c, 128);
+  // The previous tile's reads of the staging are done: its bias reads came before its last barrier
+  // (below) and its code reads before this barrier.
   s.epi.bias[c][t] = braw;
   sm90::named_barrier_sync(1 + c, 128);
 #pragma unroll
