@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SwiGLU in the grouped up GEMM's epilogue (branch experiments/swiglu-epilogue-v2) on the GPU
+# The SwiGLU in the grouped up GEMM's epilogue (m_grouped_fp8_gemm_nt_contiguous_swiglu) on the GPU
 # machine: the grouped GEMM's test (which holds the epilogue to the SwiGLU kernel bit for bit) and
 # the CUDA model tests (TEST_FILTER; SKIP_TESTS=1 skips them), compute-sanitizer on the grouped GEMM's
 # test (SANITIZE=1), the probe (.devcarry/probe_grouped_fp8_gemm: the GEMM then the SwiGLU kernel

@@ -312,14 +312,16 @@ TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
                                              nullptr);
       const auto got = y.get();
       const std::vector<float> head(got.begin(), got.begin() + size_t(P) * N);
-      // The tensor cores' FP8 block sums are ~1-2e-4 from exact fp32 ones (as cuBLASLt's); a wrong
-      // tile, scale or row gives O(1).
-      EXPECT_LT(rel_err(head, ref), 5e-4);
+      // The tensor cores' FP8 block sums are not exact fp32 ones (as cuBLASLt's): measured on the
+      // H200 (session 24), 1.1e-4 (N 320; N 2,880 at 1,604 rows), 2.6e-4 (N 640), 3.9e-4 (N 2,880 at
+      // 516 rows), 5.1e-4 (N 328), the same with either scale layout. A wrong tile, scale or row gives
+      // O(1): one wrong row of 140 alone is 8e-2.
+      EXPECT_LT(rel_err(head, ref), 1e-3);
       for (int e = 0; e < E; ++e)
         if (c.lens[e]) {
           const std::vector<float> a(got.begin() + size_t(seg[e]) * N, got.begin() + size_t(seg[e + 1]) * N),
               b(ref.begin() + size_t(seg[e]) * N, ref.begin() + size_t(seg[e + 1]) * N);
-          EXPECT_LT(rel_err(a, b), 5e-4) << "expert " << e;
+          EXPECT_LT(rel_err(a, b), 1e-3) << "expert " << e;
         }
       if (c.lens[0] == 4) {
         for (int r = 1; r < 4; ++r)

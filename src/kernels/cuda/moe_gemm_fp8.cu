@@ -15,10 +15,15 @@
 // second GEMM) ends in a quarter tile that reads the next expert's weight rows (or zeros) and
 // stores only its own columns. The row tiles' starts are a prefix sum over the experts that every
 // block computes from seg at its start: no host round trip.
+//
+// The first GEMM of a prompt chunk's experts takes the SwiGLU epilogue (_swiglu): no fp32 outputs,
+// the quantized SwiGLU of each tile written by the consumers that computed it (swiglu_epilogue).
 #include "kernels/cuda/moe_gemm_fp8.cuh"
 
 #include <string>
+#include <type_traits>
 
+#include "formats/fp8.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/sm90.cuh"
@@ -131,9 +136,12 @@ struct Walk {
 // 128 outputs a row), what moe_swiglu_quantize makes of the fp32 outputs, bit for bit: the clamped
 // SwiGLU of each (gate, up) column pair plus the expert's bias pair (staged in shared memory when
 // the tile began: no global load here), the row's largest magnitude over the quad of lanes that
-// holds its 128 outputs, the E4M3 codes staged by rows in shared memory and stored 16 bytes a lane
-// (a row's 128 bytes by 8 lanes), the scale by the quad's first lane. acc: rows rl, rl + 8 (h2)
-// at columns 128h + 8j + cl + {0, 1}; braw: this thread's bias pair (tile column pair t).
+// holds its 128 outputs, the E4M3 codes (of v / sc by fp8::scaled_quotient: the division's codes
+// in three operations) staged by rows in shared memory and stored 16 bytes a lane (a row's 128
+// bytes by 8 lanes), the scale by the quad's first lane. No branch an output: the epilogue runs
+// while the tensor cores wait (ncu, session 24: the divisions' branches and checks had made the
+// fused GEMM slower than the GEMM then the SwiGLU kernel). acc: rows rl, rl + 8 (h2) at columns
+// 128h + 8j + cl + {0, 1}; braw: this thread's bias pair (tile column pair t).
 template <class S>
 __device__ inline void swiglu_epilogue(S& s, const Args& g, const Tile& T, const float (&acc)[128], uint32_t braw,
                                        int c, int rows, int r0, int seg_e, int len) {
@@ -142,6 +150,7 @@ __device__ inline void swiglu_epilogue(S& s, const Args& g, const Tile& T, const
   // (below) and its code reads before this barrier.
   s.epi.bias[c][t] = braw;
   sm90::named_barrier_sync(1 + c, 128);
+  const bool bias = g.b1 != nullptr;
 #pragma unroll
   for (int h2 = 0; h2 < 2; ++h2) {
     float v[2][16];
@@ -150,27 +159,36 @@ __device__ inline void swiglu_epilogue(S& s, const Args& g, const Tile& T, const
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        const int p = 64 * h + 4 * j + qd;  // the output (column pair) in the tile
+        // The output (column pair) p of the tile; past N a 0 (selected, not branched around).
+        const int p = 64 * h + 4 * j + qd;
         float gt = acc[64 * h + 4 * j + 2 * h2], up = acc[64 * h + 4 * j + 2 * h2 + 1];
-        float o = 0.0f;
-        if (n0 + 2 * p < g.N) {
-          if (g.b1) {
-            const uint32_t bb = s.epi.bias[c][p];
-            gt += __uint_as_float(bb << 16), up += __uint_as_float(bb & 0xFFFF0000u);
-          }
-          o = swiglu_clamped(gt, up, g.alpha, g.limit);
+        if (bias) {
+          const uint32_t bb = s.epi.bias[c][p];
+          gt += __uint_as_float(bb << 16), up += __uint_as_float(bb & 0xFFFF0000u);
         }
-        v[h][j] = o;
-        amax = fmaxf(amax, fabsf(o));
+        const float o = swiglu_clamped(gt, up, g.alpha, g.limit);
+        v[h][j] = n0 + 2 * p < g.N ? o : 0.0f;
+        amax = fmaxf(amax, fabsf(v[h][j]));
       }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float sc = fp8_block_scale(amax);
+    const float sc = fp8_block_scale(amax), inv = 1.0f / sc;
     const int rr = warp * 16 + lane / 4 + 8 * h2;  // the row in the warpgroup's 64
+    // The codes of v / sc: by the reciprocal and one correction (fp8::scaled_quotient, the same
+    // codes) for every scale but the extreme ones, which divide.
+    auto stage = [&](auto by_reciprocal) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 16; ++j) s.epi.codes[c][rr][64 * h + 4 * j + qd] = e4m3_code(v[h][j] / sc);
+        for (int j = 0; j < 16; ++j) {
+          float q;
+          if constexpr (decltype(by_reciprocal)::value) q = fp8::scaled_quotient(v[h][j], sc, inv);
+          else q = v[h][j] / sc;
+          s.epi.codes[c][rr][64 * h + 4 * j + qd] = e4m3_code(q);
+        }
+    };
+    if (fp8::scaled_quotient_exact(sc)) stage(std::true_type{});
+    else stage(std::false_type{});
     const int r = c * 64 + rr;
     if (qd == 0 && r < rows) g.qs[size_t(g.KBI) * seg_e + size_t(T.nb) * len + (r0 - seg_e) + r] = sc;
   }
