@@ -6,8 +6,12 @@
 //   templates can be instantiated): column tile 128 or 256, ring stages, the register split, and
 //   pairs of blocks (clusters of two) that share each row tile or each weight tile through TMA
 //   multicast.
-//   (The branch experiments/grouped-swiglu-epilogue adds a SwiGLU epilogue variant: call 5 of the
-//   twentieth session measured it 1.5x slower than the GEMM then the SwiGLU kernel.)
+// - the production up GEMM then the SwiGLU kernel, against the up GEMM with the SwiGLU in its
+//   epilogue (m_grouped_fp8_gemm_nt_contiguous_swiglu; the codes' checksums agree). Its history:
+//   session 20's version (branch experiments/grouped-swiglu-epilogue) was 1.5x slower than the
+//   two; session 23's (bias pairs and codes staged in shared memory) 1.02x slower (1,576.6 against
+//   1,540.2 us at 32 experts); session 24's (codes by the reciprocal, no branch an output) 1.05x
+//   faster (1,454.6 against 1,522.6 us; docs/device_logs/swiglu_s24_call*_probe_*.md).
 // Prints microseconds a launch (median of 15 after 3 warm-ups) and TFLOP/s of the real rows
 // (2 T k N K), and checksums of the fp32 outputs, which agree between all of them (the 1x128
 // variant reads different scales and so differs).
@@ -129,6 +133,27 @@ void run(const Shape& sh) {
   plain("pairs sharing rows, 128 cols, 6 stages", [](auto& g, auto& a) { launch<false, 1, 6, true, kShareRows>(g, a, nullptr); }, 128);
   plain("pairs sharing weights, 256 cols, 4 stages", [](auto& g, auto& a) { launch<false, 2, 4, true, kShareWeights>(g, a, nullptr); }, 256);
   plain("grouped, 256 cols, 4 stages, 1x128 weight scales", [](auto& g, auto& a) { launch<true, 2, 4>(g, a, nullptr); }, 256);
+
+  // The first GEMM's SwiGLU: the production GEMM then the SwiGLU kernel on its fp32 output, against
+  // the SwiGLU in the GEMM's epilogue; the codes' checksums agree (bit-identical).
+  {
+    const ActScales by_expert = ActScales::by_expert(dseg.ptr, E);
+    const Args a1 = args_of(g1, 256);
+    const float k1 = time_us([&] {
+      launch<false, 2, 4>(g1, a1, nullptr);
+      moe_swiglu_quantize(t1.ptr, b1.ptr, by_expert, P, I, 1.702f, 7.0f, q.ptr, qs.ptr, nullptr);
+    });
+    const uint64_t c1 = checksum(q.ptr, size_t(P) * I);
+    OSPREY_CUDA_CHECK(cudaMemset(q.ptr, 0, q.n));
+    const float k2 = time_us([&] {
+      m_grouped_fp8_gemm_nt_contiguous_swiglu(g1, {b1.ptr, 1.702f, 7.0f, q.ptr, qs.ptr, I}, nullptr);
+    });
+    const uint64_t c2 = checksum(q.ptr, size_t(P) * I);
+    std::printf("| up GEMM (production) + SwiGLU kernel | %.1f | %.0f | | | %016llx | |\n", k1, f1 / k1 * 1e-6,
+                (unsigned long long)c1);
+    std::printf("| up GEMM with the SwiGLU epilogue | %.1f | %.0f | | | %016llx | |\n", k2, f1 / k2 * 1e-6,
+                (unsigned long long)c2);
+  }
 }
 
 }  // namespace probe

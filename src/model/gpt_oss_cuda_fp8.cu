@@ -738,8 +738,9 @@ struct GptOssCudaFp8::Impl {
         cuda::m_grouped_mxfp4_gemm_bf16_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr, stream);
       } else if (pass.lt_moe) {
         // The route kernel's quantized rows, gathered by expert, through the grouped wgmma GEMMs
-        // (every expert in one launch, the segments read on the device): FP8 experts as loaded, or
-        // MXFP4 experts converted (W4A8) for each GEMM in turn.
+        // (every expert in one launch, the segments read on the device; the first with the SwiGLU
+        // in its epilogue): FP8 experts as loaded, or MXFP4 experts converted (W4A8) for each GEMM
+        // in turn.
         cuda::gather_act_1x128(act_h.q.ptr, act_h.s.ptr, ld, d_row_token.ptr, P, H, act_moe.q.ptr, act_moe.s.ptr,
                                by_expert, stream);
         // GEMM j (0: W = mlp1, 1: mlp2) of N outputs and K inputs over the rows x, xs into out.
@@ -762,10 +763,11 @@ struct GptOssCudaFp8::Impl {
           convert(l + 1, j);
         };
         if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[0], 0));
-        cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(0, L.mlp1, L.mx1, act_moe.q.ptr, act_moe.s.ptr, t1.ptr, 2 * I, H),
-                                               stream);
+        // The first GEMM writes the SwiGLU of its outputs (plus b1), quantized for the second.
+        cuda::m_grouped_fp8_gemm_nt_contiguous_swiglu(
+            grouped(0, L.mlp1, L.mx1, act_moe.q.ptr, act_moe.s.ptr, nullptr, 2 * I, H),
+            {.b1 = L.b1.ptr, .alpha = alpha, .limit = limit, .q = act_a.q.ptr, .s = act_a.s.ptr, .I = I}, stream);
         release(0);
-        cuda::moe_swiglu_quantize(t1.ptr, L.b1.ptr, by_expert, P, I, alpha, limit, act_a.q.ptr, act_a.s.ptr, stream);
         if (mxfp4) OSPREY_CUDA_CHECK(cudaStreamWaitEvent(stream, conv_ready[1], 0));
         cuda::m_grouped_fp8_gemm_nt_contiguous(grouped(1, L.mlp2, L.mx2, act_a.q.ptr, act_a.s.ptr, y.ptr, H, I), stream);
         release(1);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -263,14 +264,18 @@ TEST_P(LtRows, CublasLtBlockScaledMatchesCpuEmulation) {
 // three zero rows, experts without rows, partial row tiles (132, 260, 516 rows), one expert that
 // gets every row, N = 320, 640 and 2,880 ending in partial column tiles (640: an odd count of
 // 256-column tiles, 2,880: an odd count of row tiles, for blocks that pair them), K = 2,880 ending
-// in a half K block. Rows past the last segment stay as they were.
+// in a half K block, N = 328 whose I = 164 outputs are no multiple of 16 (the epilogue's byte-wise
+// stores), and 1,604 rows at N = 2,880 (156 tiles: blocks that take a second tile reuse the
+// epilogue's staging). Rows past the last segment stay as they were. The first GEMM's SwiGLU
+// epilogue equals the SwiGLU kernel on the fp32 output, bit for bit.
 TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
   const int K = 2880, KB = fp8::blocks(K);
   struct Case {
     int N;
     std::vector<int> lens;  // rows of each expert, multiples of 4 as sorted
   };
-  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}, Case{640, {132, 8}}}) {
+  for (const Case& c : {Case{320, {4, 0, 132, 260, 12}}, Case{2880, {0, 516, 0}}, Case{640, {132, 8}}, Case{328, {4, 136}},
+                        Case{2880, {1600, 4}}}) {
     const int N = c.N, E = int(c.lens.size());
     std::vector<int32_t> seg = {0};
     for (int n : c.lens) seg.push_back(seg.back() + n);
@@ -307,14 +312,16 @@ TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
                                              nullptr);
       const auto got = y.get();
       const std::vector<float> head(got.begin(), got.begin() + size_t(P) * N);
-      // The tensor cores' FP8 block sums are ~1-2e-4 from exact fp32 ones (as cuBLASLt's); a wrong
-      // tile, scale or row gives O(1).
-      EXPECT_LT(rel_err(head, ref), 5e-4);
+      // The tensor cores' FP8 block sums are not exact fp32 ones (as cuBLASLt's): measured on the
+      // H200 (session 24), 1.1e-4 (N 320; N 2,880 at 1,604 rows), 2.6e-4 (N 640), 3.9e-4 (N 2,880 at
+      // 516 rows), 5.1e-4 (N 328), the same with either scale layout. A wrong tile, scale or row gives
+      // O(1): one wrong row of 140 alone is 8e-2.
+      EXPECT_LT(rel_err(head, ref), 1e-3);
       for (int e = 0; e < E; ++e)
         if (c.lens[e]) {
           const std::vector<float> a(got.begin() + size_t(seg[e]) * N, got.begin() + size_t(seg[e + 1]) * N),
               b(ref.begin() + size_t(seg[e]) * N, ref.begin() + size_t(seg[e + 1]) * N);
-          EXPECT_LT(rel_err(a, b), 5e-4) << "expert " << e;
+          EXPECT_LT(rel_err(a, b), 1e-3) << "expert " << e;
         }
       if (c.lens[0] == 4) {
         for (int r = 1; r < 4; ++r)
@@ -324,6 +331,36 @@ TEST(CudaFp8, GroupedWgmmaGemmEqualsCpuTwinPerExpert) {
       for (size_t i = size_t(P) * N; i < got.size(); ++i) {
         std::memcpy(&bits, &got[i], 4);
         ASSERT_EQ(bits, 0xFFFFFFFFu) << "written past the last segment at " << i;
+      }
+      // The SwiGLU epilogue (columns as (gate, up) pairs, I = N / 2) against moe_swiglu_quantize of
+      // the fp32 output, bit for bit: codes, and scales by expert; nothing past the rows. Twice:
+      // gpt-oss's clamp (7) with the bias, where most blocks hold a clamped pair and so share one
+      // scale, and an unclamped SwiGLU without bias, where every block's scale is its own.
+      const int I = N / 2, KBI = fp8::blocks(I);
+      const auto b1 = randbf(size_t(E) * N, 72, 0.5f);
+      Dev<bf16> db1(b1);
+      const auto by_expert = cuda::ActScales::by_expert(dseg.p, E);
+      for (const bool clamped : {true, false}) {
+        SCOPED_TRACE(clamped ? "clamp 7, bias" : "no clamp, no bias");
+        const float limit = clamped ? 7.0f : 1e30f;
+        const cuda::bf16* bias = clamped ? as_dev_bf16(db1) : nullptr;
+        Dev<uint8_t> q_ref(size_t(rows) * I), q_got(size_t(rows) * I);
+        Dev<float> s_ref(size_t(KBI) * rows), s_got(size_t(KBI) * rows);
+        cuda::moe_swiglu_quantize(y.p, bias, by_expert, P, I, 1.702f, limit, q_ref.p, s_ref.p, nullptr);
+        cuda::m_grouped_fp8_gemm_nt_contiguous_swiglu(
+            {.seg = dseg.p, .experts = E, .x = xq.p, .xs = xs.p, .rows = rows, .w = dW.q.p,
+             .ws = row ? dwrow.p : dW.s.p, .ws_per = row ? row_per : W.scales_per_matrix(), .wmode = mode, .N = N,
+             .K = K},
+            {.b1 = bias, .alpha = 1.702f, .limit = limit, .q = q_got.p, .s = s_got.p, .I = I}, nullptr);
+        const auto qr = q_ref.get(), qg = q_got.get();
+        const auto sr = s_ref.get(), sg = s_got.get();
+        for (size_t i = 0; i < size_t(P) * I; ++i) ASSERT_EQ(qg[i], qr[i]) << "code " << i << " (row " << i / I << ")";
+        for (size_t i = size_t(P) * I; i < qg.size(); ++i) ASSERT_EQ(qg[i], 0xFF) << "code written past the rows at " << i;
+        for (size_t i = 0; i < size_t(KBI) * P; ++i) ASSERT_EQ(sg[i], sr[i]) << "scale " << i;
+        if (!clamped) {  // the unclamped blocks' scales differ: a permuted index would show
+          std::set<float> distinct(sr.begin(), sr.begin() + size_t(KBI) * P);
+          EXPECT_GT(distinct.size(), size_t(P) / 2);
+        }
       }
     }
   }

@@ -1,5 +1,6 @@
 // Per-op checks with hand-computed values, and the fast matmuls against plain double loops.
 #include <cmath>
+#include <cstring>
 #include <gtest/gtest.h>
 #include <random>
 
@@ -229,6 +230,53 @@ TEST(Fp8, E4m3RoundTripAndRounding) {
   EXPECT_EQ(fp8::to_f32(fp8::from_f32(1.0625f)), 1.0f);  // halfway between 1 and 1.125: to even
   EXPECT_EQ(fp8::to_f32(fp8::from_f32(1.1875f)), 1.25f);
   EXPECT_EQ(fp8::to_f32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+}
+
+// scaled_quotient (v / sc by the block's reciprocal and one FMA correction, what the GPU's
+// quantizers do) against the division, for every scale mantissa and over the range of scales it
+// takes: the same float wherever the quotient reaches 2^-20, and always the same E4M3 code. The
+// values include each code's rounding midpoints times the scale, nudged by a few ulps (where a
+// quotient one ulp off would round to another code), and zeros of either sign.
+TEST(Fp8, ScaledQuotientGivesTheDivisionsCodes) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  long checked = 0;
+  auto check = [&](float v, float sc) {
+    ASSERT_TRUE(fp8::scaled_quotient_exact(sc)) << sc;
+    const float inv = 1.0f / sc, q = fp8::scaled_quotient(v, sc, inv), d = v / sc;
+    if (q != d || std::signbit(q) != std::signbit(d)) {
+      ASSERT_LT(std::fabs(d), 0x1p-20f) << "v " << v << " sc " << sc;
+    }
+    ASSERT_EQ(fp8::from_f32(q), fp8::from_f32(d)) << "v " << v << " sc " << sc;
+    ++checked;
+  };
+  std::vector<float> mids;  // the midpoints between neighbouring positive codes
+  for (int c = 0; c < 0x7E; ++c) mids.push_back(0.5f * (fp8::to_f32(uint8_t(c)) + fp8::to_f32(uint8_t(c + 1))));
+  for (uint32_t m = 0; m < (1u << 23); m += 1) {
+    uint32_t bits = 0x3f800000u | m;
+    float sc;
+    std::memcpy(&sc, &bits, 4);
+    check(448.0f * sc, sc);
+    check(u(rng) * 448.0f * sc, sc);
+    check(0.0f, sc), check(-0.0f, sc);  // a clamped SwiGLU's -0 (a very negative gate) keeps its code 0x80
+    check(-0x1p-149f, sc);
+    if (m % 64 == 0) {
+      const float mid = mids[m / 64 % mids.size()];
+      float v = mid * sc;
+      for (int k = 0; k < 3; ++k) v = std::nextafter(v, 0.0f);
+      for (int k = 0; k < 7; ++k, v = std::nextafter(v, 1e30f)) check(v, sc), check(-v, sc);
+    }
+  }
+  // Scales over [2^-90, 2^100] and values down to 2^-60 of the block's largest.
+  std::uniform_real_distribution<float> f01(0.0f, 1.0f);
+  for (int i = 0; i < 4000000; ++i) {
+    const float sc = std::ldexp(1.0f + f01(rng), int(f01(rng) * 189.0f) - 90);
+    check(u(rng) * 448.0f * sc * std::ldexp(1.0f, -int(f01(rng) * 60.0f)), sc);
+  }
+  EXPECT_GT(checked, 20000000);
+  EXPECT_FALSE(fp8::scaled_quotient_exact(0x1p-91f));
+  EXPECT_FALSE(fp8::scaled_quotient_exact(INFINITY));
+  EXPECT_FALSE(fp8::scaled_quotient_exact(NAN));
 }
 
 // The FP8 KV cache's row format: the exponent is the smallest e with amax <= 448 2^e (so no code

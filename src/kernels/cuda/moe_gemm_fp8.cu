@@ -15,11 +15,17 @@
 // second GEMM) ends in a quarter tile that reads the next expert's weight rows (or zeros) and
 // stores only its own columns. The row tiles' starts are a prefix sum over the experts that every
 // block computes from seg at its start: no host round trip.
+//
+// The first GEMM of a prompt chunk's experts takes the SwiGLU epilogue (_swiglu): no fp32 outputs,
+// the quantized SwiGLU of each tile written by the consumers that computed it (swiglu_epilogue).
 #include "kernels/cuda/moe_gemm_fp8.cuh"
 
 #include <string>
+#include <type_traits>
 
+#include "formats/fp8.h"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -35,8 +41,20 @@ constexpr int kConsumerWarps = 8;
 constexpr int kTileCols = 256, kTileStages = 4;
 constexpr int kTileShare = 0;  // Share: kShareNone
 
+// The SwiGLU epilogue's staging (kSwiglu): each consumer warpgroup's 64 rows of 128 E4M3 codes,
+// rows 144 bytes apart (16-byte aligned rows whose 8 rows of one store instruction fall in 8
+// different banks), and the tile's 128 (gate, up) bias pairs.
+constexpr int kCodeStride = 144;
+template <bool kSwiglu>
+struct EpilogueSmem {
+  alignas(16) uint8_t codes[2][64][kCodeStride];
+  uint32_t bias[2][128];
+};
+template <>
+struct EpilogueSmem<false> {};
+
 // A tile of 128 rows by kHalves x 128 columns, a ring of kStages_ K blocks.
-template <int kHalves, int kStages_>
+template <int kHalves, int kStages_, bool kSwiglu = false>
 struct Ring {
   static constexpr int kBN = 128 * kHalves, kStages = kStages_;
   struct Smem {
@@ -47,6 +65,7 @@ struct Ring {
     uint64_t full[kStages], empty[kStages];
     int seg[kMaxExperts + 1];
     int tile_start[kMaxExperts + 1];  // first row tile of each expert; [experts]: the total
+    EpilogueSmem<kSwiglu> epi;
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 };
@@ -60,6 +79,13 @@ struct Args {
   int ws_ld;  // Block128x128: scales of a block row
   float* y;
   int N, KB, NB;
+  // The SwiGLU epilogue (GroupedFp8Swiglu): bias pairs, clamp, and the 1x128 quantization of the
+  // I = N / 2 outputs into q [rows][I] and the scales by expert qs.
+  const bf16* b1;
+  float alpha, limit;
+  uint8_t* q;
+  float* qs;
+  int I, KBI;
 };
 
 // A tile of the walk: expert e's row tile mb, column tile nb.
@@ -106,8 +132,84 @@ struct Walk {
   }
 };
 
+// The SwiGLU epilogue of consumer warpgroup c's 64 rows of a 256-column tile (one 1x128 block of
+// 128 outputs a row), what moe_swiglu_quantize makes of the fp32 outputs, bit for bit: the clamped
+// SwiGLU of each (gate, up) column pair plus the expert's bias pair (staged in shared memory when
+// the tile began: no global load here), the row's largest magnitude over the quad of lanes that
+// holds its 128 outputs, the E4M3 codes (of v / sc by fp8::scaled_quotient: the division's codes
+// in three operations) staged by rows in shared memory and stored 16 bytes a lane (a row's 128
+// bytes by 8 lanes), the scale by the quad's first lane. No branch an output: the epilogue runs
+// while the tensor cores wait (ncu, session 24: the divisions' branches and checks had made the
+// fused GEMM slower than the GEMM then the SwiGLU kernel). acc: rows rl, rl + 8 (h2) at columns
+// 128h + 8j + cl + {0, 1}; braw: this thread's bias pair (tile column pair t).
+template <class S>
+__device__ inline void swiglu_epilogue(S& s, const Args& g, const Tile& T, const float (&acc)[128], uint32_t braw,
+                                       int c, int rows, int r0, int seg_e, int len) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, qd = lane % 4, n0 = T.nb * 256;
+  // The previous tile's reads of the staging are done: its bias reads came before its last barrier
+  // (below) and its code reads before this barrier.
+  s.epi.bias[c][t] = braw;
+  sm90::named_barrier_sync(1 + c, 128);
+  const bool bias = g.b1 != nullptr;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    float v[2][16];
+    float amax = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        // The output (column pair) p of the tile; past N a 0 (selected, not branched around).
+        const int p = 64 * h + 4 * j + qd;
+        float gt = acc[64 * h + 4 * j + 2 * h2], up = acc[64 * h + 4 * j + 2 * h2 + 1];
+        if (bias) {
+          const uint32_t bb = s.epi.bias[c][p];
+          gt += __uint_as_float(bb << 16), up += __uint_as_float(bb & 0xFFFF0000u);
+        }
+        const float o = swiglu_clamped(gt, up, g.alpha, g.limit);
+        v[h][j] = n0 + 2 * p < g.N ? o : 0.0f;
+        amax = fmaxf(amax, fabsf(v[h][j]));
+      }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float sc = fp8_block_scale(amax), inv = 1.0f / sc;
+    const int rr = warp * 16 + lane / 4 + 8 * h2;  // the row in the warpgroup's 64
+    // The codes of v / sc: by the reciprocal and one correction (fp8::scaled_quotient, the same
+    // codes) for every scale but the extreme ones, which divide.
+    auto stage = [&](auto by_reciprocal) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          float q;
+          if constexpr (decltype(by_reciprocal)::value) q = fp8::scaled_quotient(v[h][j], sc, inv);
+          else q = v[h][j] / sc;
+          s.epi.codes[c][rr][64 * h + 4 * j + qd] = e4m3_code(q);
+        }
+    };
+    if (fp8::scaled_quotient_exact(sc)) stage(std::true_type{});
+    else stage(std::false_type{});
+    const int r = c * 64 + rr;
+    if (qd == 0 && r < rows) g.qs[size_t(g.KBI) * seg_e + size_t(T.nb) * len + (r0 - seg_e) + r] = sc;
+  }
+  sm90::named_barrier_sync(1 + c, 128);
+  const int i0 = T.nb * 128;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int ch = t + 128 * k, rr = ch / 8, part = ch % 8, r = c * 64 + rr, i = i0 + 16 * part;
+    if (r >= rows || i >= g.I) continue;
+    uint8_t* dst = g.q + size_t(r0 + r) * g.I + i;
+    const uint8_t* src = s.epi.codes[c][rr] + 16 * part;
+    if (g.I % 16 == 0) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int b = 0; b < 16 && i + b < g.I; ++b) dst[b] = src[b];
+    }
+  }
+}
+
 // The loop of consumer warpgroup c (0 or 1): rows 64c .. 64c + 63 of each tile.
-template <bool kRowScales, int kHalves, int kShare, class S>
+template <bool kRowScales, int kHalves, int kShare, bool kSwiglu, class S>
 __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, int total, int c, uint32_t peer) {
   constexpr int kBN = 128 * kHalves, kStages = sizeof(s.full) / sizeof(s.full[0]);
   const int E = g.experts, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -124,6 +226,13 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
     // rows or cols <= 0: a pair's spare tile
     const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
     const float* wsb = g.ws + T.e * g.ws_per + size_t(T.nb * kHalves) * g.ws_ld;
+    // The SwiGLU epilogue's bias pair of this thread's tile column pair, loaded now so that its
+    // latency hides behind the K loop.
+    uint32_t braw = 0;
+    if constexpr (kSwiglu) {
+      const int pc = n0 + 2 * int(threadIdx.x % 128);
+      if (g.b1 && pc < g.N) braw = __ldg(reinterpret_cast<const uint32_t*>(g.b1 + size_t(T.e) * g.N + pc));
+    }
     float acc[64 * kHalves];
 #pragma unroll
     for (int i = 0; i < 64 * kHalves; ++i) acc[i] = 0.0f;
@@ -175,27 +284,33 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
       }
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
+    if constexpr (kSwiglu) {
+      static_assert(!kSwiglu || kHalves == 2, "the SwiGLU epilogue takes 256-column tiles: one 1x128 block of outputs");
+      swiglu_epilogue(s, g, T, acc, braw, c, rows, r0, seg_e, len);
+    } else {
 #pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      const int r = rl + 8 * h2;
-      if (r >= rows) continue;
-      float* yr = g.y + size_t(r0 + r) * g.N + n0;
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = rl + 8 * h2;
+        if (r >= rows) continue;
+        float* yr = g.y + size_t(r0 + r) * g.N + n0;
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h)
+        for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int col = 128 * h + 8 * j + cl;
-          if (col < cols)
-            *reinterpret_cast<float2*>(yr + col) = make_float2(acc[64 * h + 4 * j + 2 * h2], acc[64 * h + 4 * j + 2 * h2 + 1]);
-        }
+          for (int j = 0; j < 16; ++j) {
+            const int col = 128 * h + 8 * j + cl;
+            if (col < cols)
+              *reinterpret_cast<float2*>(yr + col) =
+                  make_float2(acc[64 * h + 4 * j + 2 * h2], acc[64 * h + 4 * j + 2 * h2 + 1]);
+          }
+      }
     }
   }
 }
 
-template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone, bool kSwiglu = false>
 __global__ void __launch_bounds__(kThreads, 1)
     m_grouped_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, Args g) {
-  using R = Ring<kHalves, kStagesT>;
+  using R = Ring<kHalves, kStagesT, kSwiglu>;
   using Smem = typename R::Smem;
   constexpr int kBN = R::kBN, kStages = R::kStages;
   extern __shared__ uint8_t smem_raw[];
@@ -278,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {  // the consumers: warpgroup c takes rows 64c .. 64c + 63 of each tile
     if constexpr (kRegs) sm90::setmaxnreg_inc<232>();
-    consume<kRowScales, kHalves, kShare>(s, g, walk, total, wg - 1, peer);
+    consume<kRowScales, kHalves, kShare, kSwiglu>(s, g, walk, total, wg - 1, peer);
   }
   if constexpr (kShare != kShareNone) sm90::cluster_sync();  // no block leaves while its peer may still signal it
 }
@@ -290,10 +405,11 @@ CUtensorMap box128_map(const void* base, uint64_t rows, uint64_t cols, uint32_t 
   return tma_map_swizzled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, "m_grouped_fp8_gemm_nt");
 }
 
-template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone>
+template <bool kRowScales, int kHalves, int kStagesT, bool kRegs = true, int kShare = kShareNone, bool kSwiglu = false>
 void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
-  using R = Ring<kHalves, kStagesT>;
-  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs, kShare>;
+  using R = Ring<kHalves, kStagesT, kSwiglu>;
+  static_assert(R::kSmemBytes <= 227 * 1024, "the ring and the staging fit an SM's shared memory");
+  auto* kernel = m_grouped_fp8_wgmma_kernel<kRowScales, kHalves, kStagesT, kRegs, kShare, kSwiglu>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(R::kSmemBytes)));
     return true;
@@ -321,7 +437,8 @@ void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
 
 Args args_of(const GroupedFp8Gemm& g, int bn) {
   const int KB = (g.K + kBK - 1) / kBK;
-  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn};
+  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn,
+              nullptr, 0.0f, 0.0f, nullptr, nullptr, 0, 0};
 }
 
 void check(const GroupedFp8Gemm& g, const char* what) {
@@ -346,6 +463,22 @@ void m_grouped_fp8_gemm_nt_contiguous(const GroupedFp8Gemm& g, cudaStream_t st) 
   const Args a = args_of(g, kTileCols);
   if (g.wmode == WeightScales::Row1x128) launch<true, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
   else launch<false, kTileCols / 128, kTileStages, true, kTileShare>(g, a, st);
+}
+
+void m_grouped_fp8_gemm_nt_contiguous_swiglu(const GroupedFp8Gemm& g, const GroupedFp8Swiglu& sw, cudaStream_t st) {
+  check(g, "m_grouped_fp8_gemm_nt_contiguous_swiglu");
+  if (!sw.q || !sw.s || sw.I < 1 || g.N != 2 * sw.I)
+    fail_plain("m_grouped_fp8_gemm_nt_contiguous_swiglu: needs the codes, the scales and N = 2 I (got N " +
+               std::to_string(g.N) + ", I " + std::to_string(sw.I) + ")");
+  if (sw.b1 && reinterpret_cast<uintptr_t>(sw.b1) % 4)
+    fail_plain("m_grouped_fp8_gemm_nt_contiguous_swiglu: the bias must be 4-byte aligned (pairs)");
+  if (sw.I % 16 == 0 && reinterpret_cast<uintptr_t>(sw.q) % 16)
+    fail_plain("m_grouped_fp8_gemm_nt_contiguous_swiglu: the codes must be 16-byte aligned");
+  Args a = args_of(g, 256);
+  a.b1 = sw.b1, a.alpha = sw.alpha, a.limit = sw.limit, a.q = sw.q, a.qs = sw.s, a.I = sw.I;
+  a.KBI = (sw.I + kBK - 1) / kBK;
+  if (g.wmode == WeightScales::Row1x128) launch<true, 2, kTileStages, true, kShareNone, true>(g, a, st);
+  else launch<false, 2, kTileStages, true, kShareNone, true>(g, a, st);
 }
 
 }  // namespace osprey::cuda

@@ -28,6 +28,19 @@ struct GroupedFp8Gemm {
 };
 void m_grouped_fp8_gemm_nt_contiguous(const GroupedFp8Gemm& g, cudaStream_t st);
 
+// The experts' first GEMM with the SwiGLU in its epilogue: g's N = 2 I columns are (gate, up)
+// pairs, t[r][2i], t[r][2i + 1]; writes what moe_swiglu_quantize makes of t and b1, bit for bit:
+// codes q [rows][I] and scales by expert (ActScales::by_expert), for the rows of every segment;
+// g.y is not used.
+struct GroupedFp8Swiglu {
+  const bf16* b1 = nullptr;  // [experts][2 I] or null
+  float alpha = 0, limit = 0;
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  int I = 0;
+};
+void m_grouped_fp8_gemm_nt_contiguous_swiglu(const GroupedFp8Gemm& g, const GroupedFp8Swiglu& sw, cudaStream_t st);
+
 // Whether the shapes fit it: K % 16 == 0 (rows of whole 16-byte units), N % 4 == 0, at most 256
 // experts.
 bool m_grouped_fp8_gemm_nt_supported(int N, int K, int experts);
