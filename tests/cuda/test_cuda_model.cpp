@@ -331,7 +331,9 @@ TEST(CudaFp8Model, MaskedDecodeEqualsTheHostPath) {
       TokenChoice c;
       c.params.temperature = rows[i].temperature, c.params.top_p = rows[i].top_p, c.u = rows[i].u;
       EXPECT_EQ(got[i], choose_token(lg[i], c)) << "B " << B << " row " << i;
-      if (i % 3 != 2) EXPECT_TRUE((masks[i][size_t(got[i]) / 32] >> (got[i] % 32)) & 1u) << "row " << i;
+      if (i % 3 != 2) {
+        EXPECT_TRUE((masks[i][size_t(got[i]) / 32] >> (got[i] % 32)) & 1u) << "row " << i;
+      }
     }
   }
 }
@@ -658,7 +660,9 @@ TEST(CudaFp8Model, EngineSpeculativeEqualsPlain) {
       } else {
         EXPECT_LT(mt.spec_accepted_tokens, mt.spec_draft_tokens) << name << " at temperature " << temperature;
       }
-      if (std::string(name) == "scripted") EXPECT_GT(mt.spec_accepted_tokens * 4, mt.spec_draft_tokens);
+      if (std::string(name) == "scripted") {
+        EXPECT_GT(mt.spec_accepted_tokens * 4, mt.spec_draft_tokens);
+      }
     }
   }
 }

@@ -378,7 +378,9 @@ TEST(MoeMxfp4, Fp8ConversionEqualsItsCpuTwin) {
     size_t inexact = 0;
     for (int e = 0; e < E; ++e) inexact += mxfp4_fp8_inexact_blocks(&W.scales[size_t(e) * N * K / 32], N, K, rows);
     EXPECT_GT(inexact, 0u) << "the case should cover blocks that round";
-    if (rows == 1) EXPECT_LT(inexact, size_t(E) * N * 23) << "and blocks that convert exactly";
+    if (rows == 1) {
+      EXPECT_LT(inexact, size_t(E) * N * 23) << "and blocks that convert exactly";
+    }
     const size_t sper = mxfp4_fp8_scales_size(N, K, rows) + 5;
     const std::vector<uint8_t> smax = mxfp4_fp8_blocks(W.scales.data(), E, N, K).smax;
     Dev<uint8_t> codes(std::vector<uint8_t>(size_t(E) * N * K, 0xA5)), dsmax(smax);

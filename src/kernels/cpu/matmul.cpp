@@ -194,7 +194,7 @@ namespace osprey::cpu {
 
 void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const float* Ws, int ws_stride, const bf16* bias, float* y,
                      int T, int N, int K) {
-  f32_fp8w_matmul(x, Wq, {Ws, fp8::kBlock, ws_stride, 1}, bias, y, T, N, K);
+  f32_fp8w_matmul(x, Wq, {Ws, fp8::kBlock, size_t(ws_stride), 1}, bias, y, T, N, K);
 }
 
 void f32_fp8w_matmul(const float* x, const uint8_t* Wq, const Fp8WeightScales& Ws, const bf16* bias, float* y, int T,
