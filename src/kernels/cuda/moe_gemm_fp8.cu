@@ -79,13 +79,13 @@ struct Args {
   int ws_ld;  // Block128x128: scales of a block row
   float* y;
   int N, KB, NB;
-  // The SwiGLU epilogue (GroupedFp8Swiglu): bias pairs, clamp, and the 1x128 quantization of the
-  // I = N / 2 outputs into q [rows][I] and the scales by expert qs.
-  const bf16* b1;
-  float alpha, limit;
-  uint8_t* q;
-  float* qs;
-  int I, KBI;
+  // The SwiGLU epilogue (GroupedFp8Swiglu; unset for the plain GEMM): bias pairs, clamp, and the
+  // 1x128 quantization of the I = N / 2 outputs into q [rows][I] and the scales by expert qs.
+  const bf16* b1 = nullptr;
+  float alpha = 0.0f, limit = 0.0f;
+  uint8_t* q = nullptr;
+  float* qs = nullptr;
+  int I = 0, KBI = 0;
 };
 
 // A tile of the walk: expert e's row tile mb, column tile nb.
@@ -437,8 +437,7 @@ void launch(const GroupedFp8Gemm& g, const Args& a, cudaStream_t st) {
 
 Args args_of(const GroupedFp8Gemm& g, int bn) {
   const int KB = (g.K + kBK - 1) / kBK;
-  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn,
-              nullptr, 0.0f, 0.0f, nullptr, nullptr, 0, 0};
+  return Args{g.seg, g.experts, g.xs, g.ws, g.ws_per, (KB + 3) / 4 * 4, g.y, g.N, KB, (g.N + bn - 1) / bn};
 }
 
 void check(const GroupedFp8Gemm& g, const char* what) {
@@ -476,7 +475,7 @@ void m_grouped_fp8_gemm_nt_contiguous_swiglu(const GroupedFp8Gemm& g, const Grou
     fail_plain("m_grouped_fp8_gemm_nt_contiguous_swiglu: the codes must be 16-byte aligned");
   Args a = args_of(g, 256);
   a.b1 = sw.b1, a.alpha = sw.alpha, a.limit = sw.limit, a.q = sw.q, a.qs = sw.s, a.I = sw.I;
-  a.KBI = (sw.I + kBK - 1) / kBK;
+  a.KBI = fp8::blocks(sw.I);
   if (g.wmode == WeightScales::Row1x128) launch<true, 2, kTileStages, true, kShareNone, true>(g, a, st);
   else launch<false, 2, kTileStages, true, kShareNone, true>(g, a, st);
 }
