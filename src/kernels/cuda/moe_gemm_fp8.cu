@@ -217,6 +217,13 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
   const int cl = 2 * (lane % 4);                 // and columns 128h + 8j + cl + {0, 1}
   int stage = 0;
   uint32_t phase = 0;
+  // The wgmma descriptors of stage 0 (this warpgroup's rows, the weights' first half): a stage, a
+  // half and a K step add fixed offsets to their start-address field. c is warp-uniform (the
+  // caller broadcasts it), and so are these: they live in uniform registers, and the K loop does
+  // not rebuild eight descriptors from vector registers (ptxas had ~100 instructions a K block
+  // doing so, between the stage's barrier and its first MMA).
+  const uint64_t da0 = sm90::desc_k128_swizzle(sm90::smem_u32(s.a[0]) + c * 64 * kBK);
+  const uint64_t db0 = sm90::desc_k128_swizzle(sm90::smem_u32(s.b[0]));
   float tmp[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
@@ -225,7 +232,11 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
     const int seg_e = s.seg[T.e], len = s.seg[T.e + 1] - seg_e, r0 = seg_e + T.mb * kBM;
     // rows or cols <= 0: a pair's spare tile
     const int rows = min(kBM, len - T.mb * kBM), n0 = T.nb * kBN, cols = min(kBN, g.N - n0);
-    const float* wsb = g.ws + T.e * g.ws_per + size_t(T.nb * kHalves) * g.ws_ld;
+    // The weights' block scales of this tile's column halves, one a K block (Block128x128).
+    const float* wsb[kHalves];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) wsb[h] = g.ws + T.e * g.ws_per + size_t(T.nb * kHalves + h) * g.ws_ld;
+    const bool spare = kShare != kShareNone && cols <= 0;  // a pair's spare tile reads no scales
     // The SwiGLU epilogue's bias pair of this thread's tile column pair, loaded now so that its
     // latency hides behind the K loop.
     uint32_t braw = 0;
@@ -240,19 +251,18 @@ __device__ inline void consume(S& s, const Args& g, const Walk<kShare>& walk, in
       float sw[kHalves];
 #pragma unroll
       for (int h = 0; h < kHalves; ++h)
-        sw[h] = kRowScales || cols <= 0 ? 1.0f : __ldg(wsb + size_t(h) * g.ws_ld + kb);
+        sw[h] = kRowScales || spare ? 1.0f : __ldg(wsb[h] + kb);
       sm90::mbar_wait(&s.full[stage], phase);
-      const uint32_t a0 = sm90::smem_u32(s.a[stage]) + c * 64 * kBK;
+      const uint64_t da = sm90::desc_advance(da0, stage * sizeof(s.a[0]));
       const float as0 = s.as[stage][rl], as1 = s.as[stage][rl + 8];
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
-        const uint32_t b0 = sm90::smem_u32(s.b[stage]) + h * 128 * kBK;
+        const uint64_t db = sm90::desc_advance(db0, stage * sizeof(s.b[0]) + h * 128 * kBK);
         sm90::fence_regs(tmp);
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 32; ++kk)
-          sm90::wgmma_m64n128k32_e4m3(tmp, sm90::desc_k128_swizzle(a0 + kk * 32),
-                                       sm90::desc_k128_swizzle(b0 + kk * 32), kk > 0);
+          sm90::wgmma_m64n128k32_e4m3(tmp, sm90::desc_advance(da, kk * 32), sm90::desc_advance(db, kk * 32), kk > 0);
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_regs(tmp);
@@ -354,7 +364,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if constexpr (kShare != kShareNone) sm90::cluster_sync();  // the peer's barriers exist before any arrives on them
   const Walk<kShare> walk(g.NB, rank);
-  const int total = s.tile_start[E] * walk.per_row;
+  // The walk's length, broadcast from lane 0: a shared-memory load is not known to be warp-uniform,
+  // and a loop bound that is not keeps the consumers' stage index (and so their wgmma descriptors)
+  // out of the uniform registers.
+  const int total = __shfl_sync(0xffffffffu, s.tile_start[E] * walk.per_row, 0);
   const int wg = tid / 128;
 
   if (wg == 0) {  // the producer: one thread; its warpgroup gives its registers to the consumers
@@ -393,7 +406,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {  // the consumers: warpgroup c takes rows 64c .. 64c + 63 of each tile
     if constexpr (kRegs) sm90::setmaxnreg_inc<232>();
-    consume<kRowScales, kHalves, kShare, kSwiglu>(s, g, walk, total, wg - 1, peer);
+    // The consumer index broadcast from lane 0: ptxas then knows it is warp-uniform.
+    consume<kRowScales, kHalves, kShare, kSwiglu>(s, g, walk, total, __shfl_sync(0xffffffffu, wg - 1, 0), peer);
   }
   if constexpr (kShare != kShareNone) sm90::cluster_sync();  // no block leaves while its peer may still signal it
 }

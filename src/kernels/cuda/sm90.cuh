@@ -132,6 +132,12 @@ __device__ inline void setmaxnreg_inc() {
 __device__ inline uint64_t desc_k128_swizzle(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
+// A descriptor moved `bytes` further in shared memory: its start-address field (bits 0-13, the
+// address / 16) grows by bytes / 16. Shared addresses are below 2^18, so the field cannot carry
+// into the next: one 32-bit add on the low word, where the descriptor would be rebuilt.
+__device__ inline uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+}
 // The same layout read MN-major (the operand's N runs along the 128-byte rows, K down them: a
 // [K][64] BF16 tile such as V [keys][dims], for wgmma's transposed B): 8-row groups along K are
 // 1,024 bytes apart. With N = 64 (one 128-byte row) only that stride is used; both offset fields
