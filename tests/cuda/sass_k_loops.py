@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-# cuobjdump -sass output -> for each instantiation of the grouped FP8 GEMM (m_grouped_fp8_wgmma_kernel):
-# its instruction and spill counts, and its K loop (the shortest backward branch around a wgmma)
-# with its instruction mix. Usage: sass_k_loops.py SASS_FILE (docs/PERF.md, session 25).
+# cuobjdump -sass output -> for each kernel whose name contains NAME (default the grouped FP8 GEMM,
+# m_grouped_fp8_wgmma_kernel): its instruction and spill counts, and its inner loop (the shortest
+# backward branch around a wgmma) with its instruction mix.
+# Usage: sass_k_loops.py SASS_FILE [NAME] (docs/PERF.md, session 25).
 import sys, re, collections
 text = open(sys.argv[1]).read().split('\n')
 cur = None; out = {}
@@ -10,12 +11,13 @@ for line in text:
     if m: cur = m.group(1); out[cur] = []; continue
     if cur: out[cur].append(line)
 for name, lines in sorted(out.items()):
-    if 'm_grouped_fp8_wgmma_kernel' not in name: continue
+    if (sys.argv[2] if len(sys.argv) > 2 else 'm_grouped_fp8_wgmma_kernel') not in name: continue
     ins = []
     for l in lines:
         m = re.match(r'\s+/\*([0-9a-f]+)\*/\s+(.*?);', l)
         if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
-    tag = re.search(r'kernelI(.*?)EEv', name).group(1)
+    m = re.search(r'kernelI(.*?)EEv', name)
+    tag = m.group(1) if m else name
     best = None
     for a, t in ins:
         m = re.search(r'BRA (0x[0-9a-f]+)', t)
