@@ -7,6 +7,8 @@
 // - production: the kernel the model runs (256 threads, 2 x 4 tiles a block, one pass of blocks);
 // - persistent<I, H>: the same unit code in a grid of (SMs x blocks an SM) blocks that loop over
 //   the chunks, I items a thread in flight, H: streaming cache hints (ld.global.cs, st.global.cs);
+// - linear<I, H>: items in the codes' own order (thread item i is group i % G of row i / G, so a
+//   warp stores 1 KB of consecutive output), I items a thread;
 // - copy<H>: the production indexing with no lookup (codes = the raw words): the access pattern's
 //   own ceiling (its checksum differs on purpose);
 // - memcpy: cudaMemcpyAsync of the same bytes written (reads as many: the device's copy rate).
