@@ -243,8 +243,10 @@ struct OpenAiServer::Impl {
   };
 
   // ------------------------------------------------------------------ shared request pieces
-  // responses: /v1/responses, whose own field list is checked when it is mapped.
-  json parse_body(const httplib::Request& req, bool responses = false) {
+  // The endpoint a body is for: /v1/responses checks its own field list when it is mapped.
+  enum class Endpoint { Chat, Completions, Responses };
+  json parse_body(const httplib::Request& req, Endpoint endpoint) {
+    const bool responses = endpoint == Endpoint::Responses;
     json b;
     try {
       b = parse_request_json(req.body);
@@ -262,8 +264,32 @@ struct OpenAiServer::Impl {
     if (n < 1 || n > engine.config().max_batch)
       throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
                      "invalid_request_error", "n");
-    if (!responses) refuse_unhonoured(b);
+    if (!responses) refuse_unknown(b, endpoint), refuse_unhonoured(b);
     return b;
+  }
+
+  // Every field of a chat or completions request is one osprey honours, one it refuses by value
+  // (refuse_unhonoured), or an identifier that changes nothing in the answer (user, metadata,
+  // prompt_cache_key, safety_identifier). Any other is refused with a 400 naming it, as OpenAI's
+  // API does, not ignored: a vLLM-style min_p or repetition_penalty would otherwise be dropped
+  // without a word. (/v1/responses checks its own list: responses_api.cpp.)
+  static void refuse_unknown(const json& b, Endpoint endpoint) {
+    static const std::set<std::string> kCommon = {
+        "model", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+        "top_k", "seed", "stop", "logit_bias", "presence_penalty", "frequency_penalty", "logprobs", "ignore_eos",
+        "speculative", "user", "metadata", "store", "service_tier"};
+    static const std::set<std::string> kChat = {
+        "messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "response_format", "reasoning_effort",
+        "reasoning", "reasoning_budget", "modalities", "verbosity", "audio", "prediction", "web_search_options",
+        "functions", "function_call", "prompt_cache_key", "safety_identifier"};
+    static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix", "response_format"};
+    const bool chat = endpoint == Endpoint::Chat;
+    for (auto it = b.begin(); it != b.end(); ++it)
+      if (!kCommon.count(it.key()) && !(chat ? kChat : kCompletions).count(it.key()))
+        throw ApiError(400,
+                       fmt::format("Unrecognized request argument supplied: {} (not a field of {} that osprey serves)",
+                                   it.key(), chat ? "/v1/chat/completions" : "/v1/completions"),
+                       "invalid_request_error", it.key());
   }
 
   // Fields osprey does not honour are refused with a 400 naming them, never ignored. Their
@@ -410,7 +436,7 @@ struct OpenAiServer::Impl {
   // ------------------------------------------------------------------ chat completions
   void chat(const httplib::Request& req, httplib::Response& res) {
     auto ticket = admit();
-    json b = parse_body(req);
+    json b = parse_body(req, Endpoint::Chat);
     run_chat(b, conversation(b, "messages"), res, ticket);
   }
 
@@ -601,7 +627,7 @@ struct OpenAiServer::Impl {
   // ------------------------------------------------------------------ completions
   void completions(const httplib::Request& req, httplib::Response& res) {
     auto ticket = admit();
-    json b = parse_body(req);
+    json b = parse_body(req, Endpoint::Completions);
     if (auto rf = b.find("response_format"); rf != b.end() && !rf->is_null() && !(rf->is_object() && rf->value("type", json()) == "text"))
       throw ApiError(400, "'response_format' applies to chat completions and responses, not to raw completions",
                      "invalid_request_error", "response_format");
@@ -764,7 +790,7 @@ struct OpenAiServer::Impl {
 
   void responses(const httplib::Request& req, httplib::Response& res) {
     auto ticket = admit();
-    json b = parse_body(req, /*responses=*/true);
+    json b = parse_body(req, Endpoint::Responses);
     json history = json::array();
     if (auto prev = b.find("previous_response_id"); prev != b.end() && !prev->is_null()) {
       if (!prev->is_string()) throw ApiError(400, "'previous_response_id' must be a string", "invalid_request_error", "previous_response_id");

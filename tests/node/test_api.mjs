@@ -241,6 +241,26 @@ await test("GET /v1/models/{id} gives the context length; an unknown id is a 404
 });
 
 // ------------------------------------------------------------------ Responses
+await test("fields the server does not know are a 400 naming them; identifiers are accepted", async () => {
+  // vLLM's sampling extras would change the answer: refused, not dropped.
+  for (const extra of [{ min_p: 0.1 }, { repetition_penalty: 1.2 }, { guided_json: { type: "object" } }, { frobnicate: 1 }]) {
+    const key = Object.keys(extra)[0];
+    const e = await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, ...extra }), 400);
+    assert(e.error?.param === key && /Unrecognized request argument supplied/.test(e.message), show(e.error));
+  }
+  // Chat-only fields on raw completions, and completion-only ones on chat.
+  const e1 = await expectStatus(client.completions.create({ model, prompt: "hi", max_tokens: 2, tools: [] }), 400);
+  assert(e1.error?.param === "tools", show(e1.error));
+  const e2 = await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, suffix: "" }), 400);
+  assert(e2.error?.param === "suffix", show(e2.error));
+  // Identifiers change nothing in the answer and are accepted; so are osprey's own top_k and ignore_eos.
+  const ok = await client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, user: "u1", metadata: { a: "b" },
+                                                    prompt_cache_key: "k", safety_identifier: "s", top_k: 5, ignore_eos: true });
+  assert(ok.choices.length === 1, show(ok));
+  const okc = await client.completions.create({ model, prompt: "hi", max_tokens: 2, user: "u1", echo: false, top_k: 5 });
+  assert(okc.choices.length === 1, show(okc));
+});
+
 await test("responses: items, usage with reasoning tokens, the store, GET and DELETE", async () => {
   const r = await client.responses.create({ model, input: "Hello", max_output_tokens: 40, temperature: 0, instructions: "Be brief." });
   assert(r.object === "response" && r.id.startsWith("resp_") && Array.isArray(r.output), show(r));
