@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Every osprey path against osprey's CPU fp32 engine on a trained model: per-position relative error
-of the logits (mean, p90, worst), argmax agreement, mean and worst KL(cpu fp32 || path) over all ids.
+of the logits (mean, p90, worst), argmax agreement, mean KL(cpu fp32 || path) over all ids with a
+95% bootstrap interval over dialogues, and the worst KL.
 The CPU fp32 engine is the reference because it matches transformers fp32 on these models to 4e-7
 (docs/FIDELITY.md); train/fidelity.py measures against transformers' own goldens when a training
 run left them.
@@ -9,7 +10,7 @@ Usage: fidelity_paths.py OSPREY MODEL IDS N PATHS
   IDS: `osprey render --reply` output (JSON lines with "ids"); the first N dialogues are used.
   PATHS: comma-separated backend:precision[:flag=value...], e.g. cpu:mxfp4,cuda:fp8:weights=fp8
 """
-import json, subprocess, sys, tempfile, os
+import json, random, subprocess, sys, tempfile, os
 import numpy as np
 
 B, model, ids_file, n, paths = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
@@ -28,6 +29,16 @@ def logits(path, j, toks):
     return np.load(out).astype(np.float64)
 
 
+def mean_interval(sums, draws=2000, seed=1):
+    """95% bootstrap interval of the mean over positions, resampling whole dialogues: sums holds
+    (sum over a dialogue's positions, its position count) for each dialogue. A few positions carry
+    most of a mean KL (docs/FIDELITY.md), so the interval says what a sample of this size can tell."""
+    rng = random.Random(seed)
+    means = sorted(sum(s for s, _ in pick) / sum(n for _, n in pick)
+                   for pick in ([rng.choice(sums) for _ in sums] for _ in range(draws)))
+    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+
+
 def lsm(x):
     x = x - x.max(1, keepdims=True)
     return x - np.log(np.exp(x).sum(1, keepdims=True))
@@ -35,8 +46,8 @@ def lsm(x):
 
 refs = [logits("cpu:fp32", j, t) for j, t in enumerate(dialogues)]
 print(f"{len(dialogues)} dialogues, {sum(map(len, dialogues))} positions; reference: osprey cpu fp32\n")
-print("| path | rel. error mean | p90 | worst | argmax | mean KL | worst KL |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| path | rel. error mean | p90 | worst | argmax | mean KL | 95% interval | worst KL |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for path in paths:
     rel, kl, agree = [], [], []
     for j, t in enumerate(dialogues):
@@ -45,6 +56,7 @@ for path in paths:
         lp, lq = lsm(ref), lsm(a)
         kl.append(np.sum(np.exp(lp) * (lp - lq), axis=1))
         agree.append(a.argmax(1) == ref.argmax(1))
+    lo, hi = mean_interval([(float(k.sum()), len(k)) for k in kl])
     rel, kl, agree = map(np.concatenate, (rel, kl, agree))
     print(f"| {path} | {rel.mean():.2e} | {np.quantile(rel, 0.9):.2e} | {rel.max():.2e} | {100 * agree.mean():.2f}% | "
-          f"{kl.mean():.2e} | {kl.max():.2e} |", flush=True)
+          f"{kl.mean():.2e} | {lo:.1e} to {hi:.1e} | {kl.max():.2e} |", flush=True)
