@@ -668,7 +668,7 @@ struct OpenAiServer::Impl {
     struct Text {
       harmony::Utf8StreamDecoder utf8;
       StopStringFilter stops;
-      std::string text, reason = "stop";
+      std::string text = {}, reason = "stop";
       int completion = 0;
       json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
            text_offset = json::array();
