@@ -290,6 +290,27 @@ struct OpenAiServer::Impl {
                        fmt::format("Unrecognized request argument supplied: {} (not a field of {} that osprey serves)",
                                    it.key(), chat ? "/v1/chat/completions" : "/v1/completions"),
                        "invalid_request_error", it.key());
+    // stream_options, as OpenAI's API takes it: only with stream true; include_usage honoured,
+    // include_obfuscation false accepted (the chunks carry no obfuscation padding), nothing else.
+    if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
+      auto stream = b.find("stream");
+      if (stream == b.end() || *stream != true)
+        throw ApiError(400, "'stream_options' is only allowed when 'stream' is true", "invalid_request_error",
+                       "stream_options");
+      if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "invalid_request_error", "stream_options");
+      for (auto it = so->begin(); it != so->end(); ++it) {
+        const std::string field = "stream_options." + it.key();
+        if (it.key() == "include_usage" || it.key() == "include_obfuscation") {
+          if (!it->is_boolean() && !it->is_null())
+            throw ApiError(400, fmt::format("'{}' must be a boolean", field), "invalid_request_error", field);
+          if (it.key() == "include_obfuscation" && *it == true)
+            throw ApiError(400, "'stream_options.include_obfuscation' is not supported: the chunks carry no obfuscation padding",
+                           "invalid_request_error", field);
+          continue;
+        }
+        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", field), "invalid_request_error", field);
+      }
+    }
   }
 
   // Fields osprey does not honour are refused with a 400 naming them, never ignored. Their

@@ -253,6 +253,13 @@ await test("fields the server does not know are a 400 naming them; identifiers a
   assert(e1.error?.param === "tools", show(e1.error));
   const e2 = await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, suffix: "" }), 400);
   assert(e2.error?.param === "suffix", show(e2.error));
+  // stream_options as OpenAI's API takes it: with stream true, include_usage, nothing unknown.
+  const e3 = await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2,
+                                                                 stream_options: { include_usage: true } }), 400);
+  assert(e3.error?.param === "stream_options", show(e3.error));
+  const e4 = await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, stream: true,
+                                                                 stream_options: { continuous_usage_stats: true } }), 400);
+  assert(e4.error?.param === "stream_options.continuous_usage_stats", show(e4.error));
   // Identifiers change nothing in the answer and are accepted; so are osprey's own top_k and ignore_eos.
   const ok = await client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, user: "u1", metadata: { a: "b" },
                                                     prompt_cache_key: "k", safety_identifier: "s", top_k: 5, ignore_eos: true });
