@@ -2,8 +2,8 @@
 # CPU paths of osprey against its CPU fp32 engine on the trained osprey-mini, without numpy (the CPU
 # machine has none): for each of the first N held-out dialogues (train/data.py's test split, seed 0,
 # rendered by `osprey render --reply`), the fp32 logits and each variant's, compared by
-# bench/fidelity_kl.cpp and deleted; then per variant the positions, argmax agreement, mean KL with
-# a 95% bootstrap interval over dialogues, and the worst KL.
+# bench/fidelity_kl.cpp (build/osprey_fidelity_kl) and deleted; then per variant the positions,
+# argmax agreement, mean KL with a 95% bootstrap interval over dialogues, and the worst KL.
 #   VARIANTS="name:precision[:ENV=1+ENV=1] ..." N=96 bash bench/fidelity_cpu.sh
 # The EXP_* variables of docs/FIDELITY.md's measurement exist only with
 # bench/prepared/cpu-bf16-attention-roundings.patch applied; without it they change nothing.
@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 B=${B:-build/osprey} MODEL=${MODEL:-models/osprey-mini} N=${N:-96} W=${W:-/tmp/osprey_fidelity_cpu}
 VARIANTS=${VARIANTS:-"bf16:bf16 mxfp4:mxfp4 fp8:fp8"}
 mkdir -p $W
-[ -x build/fidelity_kl ] || g++ -O2 -std=c++20 -o build/fidelity_kl bench/fidelity_kl.cpp
+KL=build/osprey_fidelity_kl
+[ -x $KL ] || ninja -C build osprey_fidelity_kl >/dev/null
 if [ ! -s $W/test.ids ]; then
   python3 train/data.py --countries tests/node/node_modules/countries-list --out-train $W/train.jsonl \
     --out-test $W/test.jsonl --train 10 --shards 1 --shard 0 --seed 0 >/dev/null
@@ -27,7 +28,7 @@ while read -r toks; do
   for v in $VARIANTS; do
     IFS=: read -r name prec envs <<< "$v"
     env ${envs//+/ } $B logits --backend cpu --precision $prec --model $MODEL --tokens "$toks" --out $W/path.npy 2>/dev/null
-    build/fidelity_kl --raw $W/ref.npy $W/path.npy >> $W/raw_$name.txt
+    $KL --raw $W/ref.npy $W/path.npy >> $W/raw_$name.txt
   done
 done < $W/tokens.txt
 rm -f $W/ref.npy $W/path.npy

@@ -4,46 +4,16 @@
 // Usage: fidelity_kl [--raw] REF1.npy PATH1.npy [REF2.npy PATH2.npy ...]
 //   prints positions, mean relative error, argmax agreement, mean and worst KL; with --raw one line
 //   "positions kl_sum argmax_agree kl_worst rel_sum" (for sums over many calls, bench/fidelity_cpu.sh).
-// Build: g++ -O2 -std=c++20 -o build/fidelity_kl bench/fidelity_kl.cpp
+// Built with the project (CMake target osprey_fidelity_kl, build/osprey_fidelity_kl).
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <exception>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
-namespace {
-
-std::vector<float> load_npy(const char* file, size_t& rows, size_t& cols) {
-  std::ifstream in(file, std::ios::binary);
-  char magic[6];
-  unsigned char ver[2];
-  if (!in.read(magic, 6) || std::memcmp(magic, "\x93NUMPY", 6) || !in.read(reinterpret_cast<char*>(ver), 2))
-    throw std::runtime_error(std::string(file) + ": not an .npy file");
-  uint32_t header_len = 0;
-  if (ver[0] == 1) {
-    uint16_t h = 0;
-    in.read(reinterpret_cast<char*>(&h), 2);
-    header_len = h;
-  } else {
-    in.read(reinterpret_cast<char*>(&header_len), 4);
-  }
-  std::string header(header_len, ' ');
-  in.read(header.data(), header_len);
-  const size_t shape = header.find("'shape': (");
-  if (header.find("'descr': '<f4'") == std::string::npos || header.find("'fortran_order': False") == std::string::npos ||
-      shape == std::string::npos || std::sscanf(header.c_str() + shape + 10, "%zu, %zu", &rows, &cols) != 2)
-    throw std::runtime_error(std::string(file) + ": expected a C-order float32 matrix, header " + header);
-  std::vector<float> v(rows * cols);
-  if (!in.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4)))
-    throw std::runtime_error(std::string(file) + ": truncated");
-  return v;
-}
-
-}  // namespace
+#include "core/npy.h"
 
 int main(int argc, char** argv) {
   int first = 1;
@@ -57,11 +27,12 @@ int main(int argc, char** argv) {
   size_t n = 0, agree = 0;
   try {
     for (int a = first; a + 1 < argc; a += 2) {
-      size_t r1 = 0, c1 = 0, r2 = 0, c2 = 0;
-      const std::vector<float> ref = load_npy(argv[a], r1, c1), path = load_npy(argv[a + 1], r2, c2);
-      if (r1 != r2 || c1 != c2) throw std::runtime_error(std::string(argv[a + 1]) + ": shape differs from the reference's");
+      const osprey::NpyF32 ref = osprey::read_npy_f32(argv[a]), path = osprey::read_npy_f32(argv[a + 1]);
+      if (ref.shape.size() != 2) throw std::runtime_error(std::string(argv[a]) + ": expected a [positions][vocab] matrix");
+      if (path.shape != ref.shape) throw std::runtime_error(std::string(argv[a + 1]) + ": shape differs from the reference's");
+      const size_t r1 = size_t(ref.shape[0]), c1 = size_t(ref.shape[1]);
       for (size_t r = 0; r < r1; ++r) {
-        const float *p = &ref[r * c1], *q = &path[r * c1];
+        const float *p = &ref.data[r * c1], *q = &path.data[r * c1];
         const size_t ap = size_t(std::max_element(p, p + c1) - p), aq = size_t(std::max_element(q, q + c1) - q);
         double sp = 0, sq = 0, d2 = 0, n2 = 0;
         for (size_t i = 0; i < c1; ++i) {
