@@ -246,7 +246,6 @@ struct OpenAiServer::Impl {
   // The endpoint a body is for: /v1/responses checks its own field list when it is mapped.
   enum class Endpoint { Chat, Completions, Responses };
   json parse_body(const httplib::Request& req, Endpoint endpoint) {
-    const bool responses = endpoint == Endpoint::Responses;
     json b;
     try {
       b = parse_request_json(req.body);
@@ -264,7 +263,7 @@ struct OpenAiServer::Impl {
     if (n < 1 || n > engine.config().max_batch)
       throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
                      "invalid_request_error", "n");
-    if (!responses) refuse_unknown(b, endpoint), refuse_unhonoured(b);
+    if (endpoint != Endpoint::Responses) refuse_unknown(b, endpoint), refuse_unhonoured(b);
     return b;
   }
 
