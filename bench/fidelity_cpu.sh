@@ -3,7 +3,9 @@
 # machine has none): for each of the first N held-out dialogues (train/data.py's test split, seed 0,
 # rendered by `osprey render --reply`), the fp32 logits and each variant's, compared by
 # bench/fidelity_kl.cpp (build/osprey_fidelity_kl) and deleted; then per variant the positions,
-# argmax agreement, mean KL with a 95% bootstrap interval over dialogues, and the worst KL.
+# argmax agreement, mean KL with a 95% bootstrap interval over dialogues, and the worst KL; then
+# each later variant's mean KL minus the first's, with a paired bootstrap interval (the same
+# resampled dialogues for both: the difference is resolved far better than either mean).
 #   VARIANTS="name:precision[:ENV=1+ENV=1] ..." N=96 bash bench/fidelity_cpu.sh
 # The EXP_* variables of docs/FIDELITY.md's measurement exist only with
 # bench/prepared/cpu-bf16-attention-roundings.patch applied; without it they change nothing.
@@ -48,3 +50,22 @@ print(f"| {sys.argv[2]} | {len(rows)} | {int(n)} | {100 * agree / n:.2f}% | {kl 
       f"{max(r[3] for r in rows):.2e} |")
 PY
 done
+set -- $VARIANTS
+if [ $# -gt 1 ]; then
+  echo
+  echo "| path | mean KL minus ${1%%:*}'s (95% paired interval) | ratio |"
+  echo "|---|---:|---:|"
+  first=${1%%:*}; shift
+  for v in "$@"; do
+    python3 - "$W/raw_$first.txt" "$W/raw_${v%%:*}.txt" "$v" <<'PY'
+import random, sys
+a = [list(map(float, l.split())) for l in open(sys.argv[1])]
+b = [list(map(float, l.split())) for l in open(sys.argv[2])]
+assert len(a) == len(b) and all(x[0] == y[0] for x, y in zip(a, b)), "the variants saw different dialogues"
+def diff(idx): return (sum(b[i][1] for i in idx) - sum(a[i][1] for i in idx)) / sum(a[i][0] for i in idx)
+rng = random.Random(1); ds = sorted(diff([rng.randrange(len(a)) for _ in a]) for _ in range(4000))
+print(f"| {sys.argv[3]} | {diff(range(len(a))):+.2e} ({ds[100]:+.1e} to {ds[3899]:+.1e}) | "
+      f"{sum(r[1] for r in b) / sum(r[1] for r in a):.2f} |")
+PY
+  done
+fi
