@@ -58,7 +58,7 @@ void add_logits(CLI::App& app) {
       ShardedCpuGroup model(w, args->parallel.layout());
       logits = model.forward(tokens, /*all_logits=*/true);
     } else {
-      GptOssCpuModel model(w, cpu_precision(prec), args->weights.fp8_kv());
+      GptOssCpuModel model(w, cpu_precision(prec), args->weights.kv_cache_dtype());
       KvCache cache = model.new_cache();
       logits = model.forward(tokens, cache, /*all_logits=*/true);
     }
