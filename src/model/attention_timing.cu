@@ -33,8 +33,8 @@ PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape& a, in
   // The model's split scratch holds a chunk's rows (or more): the same bound on the splits.
   const size_t scratch_floats = size_t(chunk) * a.heads * (d + 2);
   cuda::DeviceArray<float> scratch(scratch_floats);
-  cuda::KvLayerView L{.k = k.ptr, .v = v.ptr, .f16 = a.f16, .page_table = page_table.ptr, .max_pages = pages, .kv_heads = a.kv_heads,
-                      .d = d, .rows = int64_t(kv_rows)};
+  cuda::KvLayerView L{.k = k.ptr, .v = v.ptr, .page_table = page_table.ptr, .max_pages = pages, .kv_heads = a.kv_heads,
+                      .d = d, .rows = int64_t(kv_rows), .f16 = a.f16};
   cudaEvent_t e0, e1;
   OSPREY_CUDA_CHECK(cudaEventCreate(&e0));
   OSPREY_CUDA_CHECK(cudaEventCreate(&e1));

@@ -18,7 +18,6 @@ constexpr int kPage = 64;
 
 struct KvLayerView {
   uint16_t *k = nullptr, *v = nullptr;  // 16-bit cache: BF16 bits, or FP16 bits when f16
-  bool f16 = false;                      // the 16-bit cache holds FP16 (--kv-cache-dtype fp16)
   uint8_t *k8 = nullptr, *v8 = nullptr;  // FP8 cache: codes, where k and v would be
   int8_t *k_exp = nullptr, *v_exp = nullptr;  // FP8 cache: row exponents [rows / kPage][kv_heads][kPage]
   __host__ __device__ bool fp8() const { return k8 != nullptr; }
@@ -27,6 +26,7 @@ struct KvLayerView {
   int ring = 0;                         // ring layers: positions per slot
   int kv_heads = 0, d = 0;
   int64_t rows = 0;  // rows of k and v (each kv_heads x d): what TMA may read; 0: not known
+  bool f16 = false;  // the 16-bit cache holds FP16 (--kv-cache-dtype fp16), not BF16
 };
 
 // Writes k, v [rows][kv_heads][d] (fp32) as BF16 (FP16 with L.f16, FP8 with L.fp8()) at (slot[r], pos[r]).
