@@ -209,8 +209,10 @@ TEST(CudaFp8Model, Fp16KvCacheMatchesItsCpuEmulationCloserThanBf16) {
   const size_t n = r16.size();
   const double e16 = rel_diff(g16.data(), r16.data(), n), eb = rel_diff(gb.data(), rb.data(), n),
                cross = rel_diff(g16.data(), rb.data(), n);
-  std::printf("fp16 KV: prefill of 150 tokens against its emulation %.3e (bf16 KV against its own %.3e); against the "
-              "bf16-KV emulation %.3e\n", e16, eb, cross);
+  std::printf("fp16 KV: prefill of 150 tokens against its emulation %.3e (bf16 KV against its own %.3e, ratio %.2f); "
+              "against the bf16-KV emulation %.3e\n", e16, eb, e16 / eb, cross);
+  // Expected about 1/sqrt(8) (FP16's rounding is 8x finer; this random model turns differences into
+  // FP8 activation-code flips): not yet measured, so a first failure may be this margin, not a bug.
   EXPECT_LT(e16, eb);
   EXPECT_LT(e16, cross);
   for (float x : g16) ASSERT_TRUE(std::isfinite(x));

@@ -135,10 +135,14 @@ __device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) 
   lo = pack_bf16(a - f.x, b - f.y);
 }
 
-// The same in FP16 (kF16: 11 bits each, ~22 together) or BF16, by the cache's 16-bit type.
+// The same in FP16 (kF16) or BF16, by the cache's 16-bit type. FP16 pairs carry 11 bits each, ~22
+// together, down to magnitudes near 2^-2 where lo turns subnormal (absolute error at most 2^-25
+// below that); values past +-65,504 are clipped first, as the cache's and pack_q16's are (an
+// infinite hi would make lo -inf and the score NaN).
 template <bool kF16>
 __device__ inline void split_16(float a, float b, uint32_t& hi, uint32_t& lo) {
   if constexpr (kF16) {
+    a = fminf(fmaxf(a, -65504.0f), 65504.0f), b = fminf(fmaxf(b, -65504.0f), 65504.0f);
     const __half2 h = __floats2half2_rn(a, b);
     const float2 f = __half22float2(h);
     hi = *reinterpret_cast<const uint32_t*>(&h);
