@@ -142,7 +142,8 @@ __device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) 
 template <bool kF16>
 __device__ inline void split_16(float a, float b, uint32_t& hi, uint32_t& lo) {
   if constexpr (kF16) {
-    a = fminf(fmaxf(a, -65504.0f), 65504.0f), b = fminf(fmaxf(b, -65504.0f), 65504.0f);
+    auto clip = [](float x) { return fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x; };  // NaN stays NaN
+    a = clip(a), b = clip(b);
     const __half2 h = __floats2half2_rn(a, b);
     const float2 f = __half22float2(h);
     hi = *reinterpret_cast<const uint32_t*>(&h);
