@@ -648,6 +648,47 @@ TEST(KvCacheCli, Fp16IsTheEngineCacheOrItsEmulation) {
   for (float x : h.data) ASSERT_TRUE(std::isfinite(x));
 }
 
+// `logits --tokens-file`: each line's logits, from an empty cache, into DIR/i.npy, byte for byte
+// what `--tokens` of that line writes (the model loaded once); --tokens and --tokens-file exclude
+// each other; a bad line is refused naming the file and line, before anything is written.
+TEST(LogitsCli, TokensFileWritesEachSequenceAsTokensWould) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 3 --quiet --out " + (d / "m")).exit_code, 0);
+  {
+    std::ofstream f(d / "seqs.txt");
+    f << "5,6,7,8\n\n9,10\n5,6,7,8,11,12,13\n";  // a blank line is skipped
+  }
+  const std::string m = " --model " + (d / "m");
+  auto many = test::run_cli("logits --precision fp8" + m + " --tokens-file " + (d / "seqs.txt") + " --out " + (d / "out"));
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const char* lines[] = {"5,6,7,8", "9,10", "5,6,7,8,11,12,13"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string one = d / ("one" + std::to_string(i) + ".npy");
+    ASSERT_EQ(test::run_cli("logits --precision fp8" + m + " --tokens " + lines[i] + " --out " + one).exit_code, 0);
+    const std::string a = slurp(one), b = slurp(d / ("out/" + std::to_string(i) + ".npy"));
+    EXPECT_GT(a.size(), 1000u);
+    EXPECT_EQ(a, b) << "line " << i;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d / "out/3.npy"));
+  auto both = test::run_cli("logits" + m + " --tokens 1 --tokens-file " + (d / "seqs.txt") + " --out " + (d / "x"));
+  EXPECT_NE(both.exit_code, 0);
+  auto none = test::run_cli("logits" + m + " --out " + (d / "x"));
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("--tokens or --tokens-file is required"), std::string::npos) << none.err;
+  {
+    std::ofstream f(d / "bad.txt");
+    f << "1,2\nabc\n";
+  }
+  auto bad = test::run_cli("logits" + m + " --tokens-file " + (d / "bad.txt") + " --out " + (d / "badout"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("bad.txt line 2"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(d / "badout"));
+}
+
 // bench's GPU options are refused with the CPU backend (not silently dropped), before any load.
 TEST(BenchCli, GpuOptionsRefusedOnTheCpu) {
   for (const std::string opt :
