@@ -55,7 +55,7 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
                                   .kv = a.weights.kv_cache_dtype()});
     runner = std::make_unique<CudaModelRunner>(*gpu);
   } else {
-    cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision), a.weights.fp8_kv());
+    cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision), a.weights.kv_cache_dtype());
     runner = std::make_unique<CpuModelRunner>(*cpu);
     ec.kv_blocks = 2 * ((ctx + ec.kv_block_size - 1) / ec.kv_block_size) + 8;
   }
@@ -168,7 +168,7 @@ void add_generate(CLI::App& app) {
             [&](std::span<const int32_t> t) { return sharded_model->forward(t, /*all_logits=*/false); }, st);
       };
     } else {
-      cpu_model = std::make_unique<GptOssCpuModel>(w, cpu_precision(args->precision), args->weights.fp8_kv());
+      cpu_model = std::make_unique<GptOssCpuModel>(w, cpu_precision(args->precision), args->weights.kv_cache_dtype());
       run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate(*cpu_model, p, opt, st); };
     }
     GenerateStats total;

@@ -1,4 +1,4 @@
-// --weights auto|mxfp4|fp8|bf16, --dense fp8|bf16 and --kv-cache-dtype bf16|fp8: how the experts'
+// --weights auto|mxfp4|fp8|bf16, --dense fp8|bf16 and --kv-cache-dtype bf16|fp16|fp8: how the experts'
 // and the dense layers' weights and the KV cache live on the GPU (the engine's CUDA path), shared
 // by serve, generate, logits and bench.
 #pragma once
@@ -19,10 +19,12 @@ struct WeightsArg {
   std::string kv_cache = "bf16";  // --kv-cache-dtype
   void add(CLI::App* cmd) {
     cmd->add_option("--kv-cache-dtype", kv_cache,
-                    "cuda: the KV cache's values: bf16 (the default) or fp8 (E4M3 with a power-of-two scale per "
-                    "position and KV head: half the bytes a decode step reads, twice the positions; head_dim 64); "
-                    "with --backend cpu --precision fp8|mxfp4, the emulation of that cache")
-        ->check(CLI::IsMember({"bf16", "fp8"}));
+                    "cuda: the KV cache's values: bf16 (the default), fp16 (the same bytes, three more mantissa bits, "
+                    "clipped at +-65504; the tensor-core attention then takes Q and P as FP16 too: the fidelity of "
+                    "the fp32-KV reference path; head_dim 64) or fp8 (E4M3 with a power-of-two scale per position "
+                    "and KV head: half the bytes a decode step reads, twice the positions; head_dim 64); with "
+                    "--backend cpu --precision fp8|mxfp4, the emulation of that cache")
+        ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
     cmd->add_option("--dense", dense,
                     "cuda: the dense layers (attention, unembedding) on the GPU: fp8 (128x128 blocks, FP8 activations, "
                     "the default: half the bytes) or bf16 (as the checkpoint ships them, BF16 activations: the BF16 "
@@ -40,13 +42,13 @@ struct WeightsArg {
   // CPU, the CUDA bf16 and fp32 reference paths) or a format that is not built, and --precision
   // mxfp4 on the GPU (the engine's path is fp8 there).
   void check(const std::string& backend, const std::string& precision) const {
-    if (kv_cache == "fp8") {
+    if (kv_cache != "bf16") {
       const bool gpu_engine = backend == "cuda" && (precision.empty() || precision == "fp8");
       const bool emulation = backend == "cpu" && (precision == "fp8" || precision == "mxfp4");
       if (!gpu_engine && !emulation)
-        fail("--kv-cache-dtype fp8 chooses the engine's GPU KV cache (--backend cuda, --precision fp8) or its CPU "
+        fail("--kv-cache-dtype {} chooses the engine's GPU KV cache (--backend cuda, --precision fp8) or its CPU "
              "emulation (--backend cpu --precision fp8 or mxfp4); this run is --backend {}{}",
-             backend, precision.empty() ? std::string() : " --precision " + precision);
+             kv_cache, backend, precision.empty() ? std::string() : " --precision " + precision);
     }
     if (dense != "fp8" && (backend != "cuda" || (!precision.empty() && precision != "fp8")))
       fail("--dense {} chooses the engine's GPU path (--backend cuda, --precision fp8); this run is --backend {}{}",
@@ -67,9 +69,8 @@ struct WeightsArg {
       fail("--weights bf16 is not built: BF16 experts take 3.8x the bytes of MXFP4 and hold the same values; use "
            "mxfp4 (exact) or fp8");
   }
-  bool fp8_kv() const { return kv_cache == "fp8"; }
-  GptOssCudaFp8::KvCache kv_cache_dtype() const {
-    return fp8_kv() ? GptOssCudaFp8::KvCache::Fp8 : GptOssCudaFp8::KvCache::Bf16;
+  KvDtype kv_cache_dtype() const {
+    return kv_cache == "fp8" ? KvDtype::Fp8 : kv_cache == "fp16" ? KvDtype::Fp16 : KvDtype::Bf16;
   }
   GptOssCudaFp8::DenseWeights dense_weights() const {
     return dense == "bf16" ? GptOssCudaFp8::DenseWeights::Bf16 : GptOssCudaFp8::DenseWeights::Fp8;

@@ -17,14 +17,16 @@ PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape& a, in
   const size_t kv_rows = size_t(pages) * cuda::kPage;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<bf16> kv_host(kv_rows * kvn);
-  for (auto& x : kv_host) x = __float2bfloat16(nd(rng));
+  std::vector<uint16_t> kv_host(kv_rows * kvn);
+  for (auto& x : kv_host)
+    x = a.f16 ? __half_as_ushort(__float2half_rn(nd(rng))) : __bfloat16_as_ushort(__float2bfloat16(nd(rng)));
   std::vector<float> q_host(size_t(chunk) * Q);
   for (auto& x : q_host) x = nd(rng);
   std::vector<bf16> sinks_host(a.heads, __float2bfloat16(0.5f));
   std::vector<int32_t> table(pages);
   for (int i = 0; i < pages; ++i) table[i] = i;
-  cuda::DeviceArray<bf16> k = cuda::upload(kv_host.data(), kv_host.size()), v = cuda::upload(kv_host.data(), kv_host.size());
+  cuda::DeviceArray<uint16_t> k = cuda::upload(kv_host.data(), kv_host.size()),
+                              v = cuda::upload(kv_host.data(), kv_host.size());
   cuda::DeviceArray<bf16> sinks = cuda::upload(sinks_host.data(), sinks_host.size());
   cuda::DeviceArray<float> q = cuda::upload(q_host.data(), q_host.size()), out(q_host.size());
   cuda::DeviceArray<int32_t> page_table = cuda::upload(table.data(), table.size());
@@ -32,7 +34,7 @@ PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape& a, in
   const size_t scratch_floats = size_t(chunk) * a.heads * (d + 2);
   cuda::DeviceArray<float> scratch(scratch_floats);
   cuda::KvLayerView L{.k = k.ptr, .v = v.ptr, .page_table = page_table.ptr, .max_pages = pages, .kv_heads = a.kv_heads,
-                      .d = d, .rows = int64_t(kv_rows)};
+                      .d = d, .rows = int64_t(kv_rows), .f16 = a.f16};
   cudaEvent_t e0, e1;
   OSPREY_CUDA_CHECK(cudaEventCreate(&e0));
   OSPREY_CUDA_CHECK(cudaEventCreate(&e1));

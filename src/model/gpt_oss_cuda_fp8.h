@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/kv_dtype.h"
 #include "model/gpt_oss_weights.h"
 
 namespace osprey {
@@ -30,10 +31,11 @@ class GptOssCudaFp8 {
   // blocks with FP8 activations (the default: half the bytes), or BF16 as the checkpoint ships
   // them, multiplied by cuBLAS on BF16-rounded activations (the fidelity of the BF16 path).
   enum class DenseWeights { Fp8, Bf16 };
-  // How the KV cache holds keys and values: BF16, or E4M3 codes with a power-of-two exponent per
-  // (position, KV head) row (formats/kv_fp8.h: half the bytes a decode step reads, twice the
-  // positions; head_dim 64 only).
-  enum class KvCache { Bf16, Fp8 };
+  // How the KV cache holds keys and values (formats/kv_dtype.h): BF16; FP16 (the same bytes, three
+  // more mantissa bits, FP16 Q and P in the tensor-core attention; head_dim 64 only); or E4M3 codes
+  // with a power-of-two exponent per (position, KV head) row (formats/kv_fp8.h: half the bytes a
+  // decode step reads, twice the positions; head_dim 64 only).
+  using KvCache = KvDtype;
   struct Options {
     int slots = 1;              // sequences in one step at most (page-table rows)
     int max_context = 131072;   // positions per sequence (page-table width)

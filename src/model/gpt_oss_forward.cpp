@@ -21,11 +21,12 @@ void round_to_bf16(std::vector<float>& v) {
 
 GptOssCpuModel::~GptOssCpuModel() = default;
 
-GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, bool fp8_kv, bool w4a8_long_chunks)
-    : w_(w), fp8_kv_(fp8_kv), w4a8_long_chunks_(w4a8_long_chunks) {
+GptOssCpuModel::GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision, KvDtype kv, bool w4a8_long_chunks)
+    : w_(w), kv_(kv), w4a8_long_chunks_(w4a8_long_chunks) {
   mxfp4_experts_ = precision == CpuPrecision::Mxfp4;
-  if (fp8_kv && precision != CpuPrecision::Fp8 && precision != CpuPrecision::Mxfp4)
-    fail("an FP8 KV cache is emulated with the GPU engine's paths (--precision fp8 or mxfp4)");
+  if (kv != KvDtype::Bf16 && precision != CpuPrecision::Fp8 && precision != CpuPrecision::Mxfp4)
+    fail("an {} KV cache is emulated with the GPU engine's paths (--precision fp8 or mxfp4)",
+         kv == KvDtype::Fp8 ? "FP8" : "FP16");
   if (mxfp4_experts_ && w.fp8)
     fail("this checkpoint holds FP8 weights (written by `osprey convert`): its experts are no longer MXFP4; run it "
          "with --precision fp8");
@@ -168,14 +169,14 @@ void GptOssCpuModel::attention_block(const GptOssLayerWeights& L, int layer, flo
   linear(L.v, L8 ? &L8->v : nullptr, L.v_bias, h.data(), v.data(), T);
   cpu::f32_rope(q.data(), pos, rope_, T, c.num_heads);
   cpu::f32_rope(k.data(), pos, rope_, T, c.num_kv_heads);
-  if (fp8_kv_) {  // the Hopper path's FP8 cache: each (position, KV head) row through its codes
+  if (fp8_ && kv_ == KvDtype::Fp8) {  // the Hopper path's FP8 cache: each (position, KV head) row through its codes
     for (size_t r = 0; r < size_t(T) * c.num_kv_heads; ++r) {
       kv_fp8::round_row(k.data() + r * c.head_dim, c.head_dim);
       kv_fp8::round_row(v.data() + r * c.head_dim, c.head_dim);
     }
-  } else if (fp8_) {  // the Hopper path keeps keys and values in a BF16 cache: the emulation rounds them the same way
-    round_to_bf16(k);
-    round_to_bf16(v);
+  } else if (fp8_) {  // the Hopper path's 16-bit cache (BF16 or FP16): the emulation rounds them the same way
+    for (float& f : k) f = kv_round16(f, kv_);
+    for (float& f : v) f = kv_round16(f, kv_);
   }
 
   const cpu::AttentionShape shape{.num_heads = c.num_heads,

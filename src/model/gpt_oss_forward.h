@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "formats/kv_dtype.h"
 #include "kernels/cpu/ops.h"
 #include "model/gpt_oss_fp8.h"
 #include "model/gpt_oss_weights.h"
@@ -68,13 +69,14 @@ constexpr int kMxfp4LtRowsPerExpert = 128;
 
 class GptOssCpuModel {
  public:
-  // fp8_kv (Fp8 and Mxfp4 precisions only): keys and values rounded as the GPU's FP8 KV cache
-  // holds them (--kv-cache-dtype fp8: E4M3 codes, a power-of-two exponent per (position, KV head)
-  // row, formats/kv_fp8.h) instead of to BF16.
+  // kv (Fp8 and Mxfp4 precisions: the GPU engine's paths): keys and values rounded as the GPU's KV
+  // cache holds them (--kv-cache-dtype, formats/kv_dtype.h): BF16 (the default), FP16, or FP8 (E4M3
+  // codes, a power-of-two exponent per (position, KV head) row, formats/kv_fp8.h). The other
+  // precisions keep them fp32 and take only Bf16 (meaning: no cache rounding).
   // w4a8_long_chunks (Mxfp4 only): long chunks' experts W4A8 as above (false: BF16 inputs at every
   // length, the GPU path without cuBLASLt).
-  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored, bool fp8_kv = false,
-                          bool w4a8_long_chunks = true);
+  explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored,
+                          KvDtype kv = KvDtype::Bf16, bool w4a8_long_chunks = true);
   ~GptOssCpuModel();
 
   const GptOssConfig& config() const { return w_.config; }
@@ -101,7 +103,7 @@ class GptOssCpuModel {
   const GptOssWeights& w_;
   bool bf16_act_ = false;  // Bf16 precision: GEMM inputs rounded to BF16 (round_act)
   bool mxfp4_experts_ = false;  // Mxfp4 precision: the experts as stored, their inputs rounded to BF16
-  bool fp8_kv_ = false;         // keys and values rounded through the FP8 KV cache's format
+  KvDtype kv_ = KvDtype::Bf16;  // the GPU cache's format the keys and values are rounded through (fp8_ set)
   bool w4a8_long_chunks_ = true;
   std::vector<std::pair<int, int>> w4a8_block_rows_;  // per layer: mlp1's, mlp2's (mxfp4_fp8_blocks)
   void round_act(std::vector<float>& v) const;

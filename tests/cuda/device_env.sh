@@ -36,13 +36,14 @@ preamble() {
   true
 }
 
-# mini_fidelity LOG N PATHS: the trained osprey-mini (unpacked from data/ if needed) on FID_PATHS
-# (default PATHS) against the CPU fp32 engine (bench/fidelity_paths.py), over the first FID_N
-# (default N) dialogues of FID_IDS (default build/fid/test.ids), at most FID_S seconds, into $OUT/LOG.
+# mini_fidelity LOG N PATHS [FIRST]: the trained osprey-mini (unpacked from data/ if needed) on
+# FID_PATHS (default PATHS) against the CPU fp32 engine (bench/fidelity_paths.py), over FID_N
+# (default N) dialogues of FID_IDS (default build/fid/test.ids) from the FIRST-th (default 0), at
+# most FID_S seconds, into $OUT/LOG.
 mini_fidelity() {
   mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
   timeout ${FID_S:-200} python3 "$(dirname "${BASH_SOURCE[0]}")/../../bench/fidelity_paths.py" $B models/osprey-mini \
-    ${FID_IDS:-build/fid/test.ids} ${FID_N:-$2} ${FID_PATHS:-$3} 2>&1 | tee $OUT/$1
+    ${FID_IDS:-build/fid/test.ids} ${FID_N:-$2} ${FID_PATHS:-$3} ${4:-0} 2>&1 | tee $OUT/$1
 }
 
 # synth_dir MODEL: the synthetic checkpoint's directory ($M/MODEL; the 120b in /dev/shm), written

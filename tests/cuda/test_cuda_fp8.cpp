@@ -13,6 +13,7 @@
 
 #include "cuda_test_util.h"
 #include "formats/fp8.h"
+#include "formats/kv_dtype.h"
 #include "formats/kv_fp8.h"
 #include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
@@ -389,8 +390,22 @@ std::vector<float> fp8_rounded_rows(std::vector<float> v, int d) {
   return v;
 }
 
-// One layer's KV cache on the device for `slots` slots: shuffled pages (window 0) or rings; fp8:
-// the FP8 cache (codes and row exponents), always paged (as the model keeps sliding layers too).
+// Values rounded as the FP16 cache stores them.
+std::vector<float> f16_rounded(std::vector<float> v) {
+  for (float& x : v) x = kv_round16(x, KvDtype::Fp16);
+  return v;
+}
+// Values both 16-bit caches hold exactly: BF16-exact ones (rand_bf16_exact) with the magnitudes
+// below FP16's smallest normal (2^-14, where FP16 keeps fewer bits) set to zero.
+std::vector<float> bf16_and_f16_exact(std::vector<float> v) {
+  for (float& x : v)
+    if (std::fabs(x) < 0x1p-14f) x = 0.0f;
+  return v;
+}
+
+// One layer's KV cache on the device for `slots` slots: shuffled pages (window 0) or rings; Fp8:
+// the FP8 cache (codes and row exponents), always paged (as the model keeps sliding layers too);
+// Fp16: the 16-bit arrays hold FP16.
 struct DeviceKvLayer {
   Dev<bf16> k, v;
   Dev<uint8_t> k8, v8;
@@ -398,12 +413,13 @@ struct DeviceKvLayer {
   Dev<int32_t> table;
   cuda::KvLayerView view;
   int ring;
-  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed, bool fp8 = false,
-                bool paged = false)
-      : k(fp8 ? 0 : rows(slots, paged ? 0 : window, ring_, max_pages) * kvh * d), v(k.n),
-        k8(fp8 ? rows(slots, 0, 0, max_pages) * kvh * d : 0), v8(k8.n),
-        ke(fp8 ? rows(slots, 0, 0, max_pages) * kvh : 0), ve(ke.n),
+  DeviceKvLayer(int slots, int kvh, int d, int window, int ring_, int max_pages, uint32_t seed,
+                KvDtype dtype = KvDtype::Bf16, bool paged = false)
+      : k(dtype == KvDtype::Fp8 ? 0 : rows(slots, paged ? 0 : window, ring_, max_pages) * kvh * d), v(k.n),
+        k8(dtype == KvDtype::Fp8 ? rows(slots, 0, 0, max_pages) * kvh * d : 0), v8(k8.n),
+        ke(dtype == KvDtype::Fp8 ? rows(slots, 0, 0, max_pages) * kvh : 0), ve(ke.n),
         table(page_table(slots, max_pages, seed)), ring(ring_) {
+    const bool fp8 = dtype == KvDtype::Fp8;
     view.kv_heads = kvh, view.d = d;
     if (fp8) {
       // Rows never written are read (and masked): zero exponents keep them finite, as the model's.
@@ -411,7 +427,7 @@ struct DeviceKvLayer {
       OSPREY_CUDA_CHECK(cudaMemset(ve.p, 0, ve.n));
       view.k8 = k8.p, view.v8 = v8.p, view.k_exp = ke.p, view.v_exp = ve.p;
     } else {
-      view.k = as_dev_bf16(k), view.v = as_dev_bf16(v);
+      view.k = k.p, view.v = v.p, view.f16 = dtype == KvDtype::Fp16;
     }
     if (window && !fp8 && !paged) view.ring = ring;
     else view.page_table = table.p, view.max_pages = max_pages;
@@ -456,14 +472,16 @@ struct DeviceKvLayer {
 // equals quantize_act_1x128 of the fp32 output.
 // fp8: the FP8 cache (always paged), against the CPU attention over the values it holds: the
 // kernel scales scores and weights by the rows' powers of two, which equals BF16 codes times 2^e,
-// so the same tolerance holds.
-void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
+// so the same tolerance holds. Fp16: the FP16 cache (Q and P as hi + lo FP16 pairs), against the
+// CPU attention over the FP16 values it holds, to the same tolerance.
+void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16) {
+  const bool fp8 = dtype == KvDtype::Fp8;
   const int lens[2] = {700, 333}, max_pages = 16, ring = 256;
   const double tol = d == 64 ? 5e-5 : 1e-5;
   for (int window : {0, 128}) {
     for (int splits : {1, 5, 32}) {
       std::vector<std::vector<float>> K(2), V(2);
-      DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 64, fp8);
+      DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 64, dtype);
       for (int s = 0; s < 2; ++s) {
         const size_t n = size_t(lens[s]) * kvh * d;
         // fp8: keys within 2^-2 .. 2^2 (wider ones make the softmax one-hot), values 2^-12 .. 2^12.
@@ -471,6 +489,7 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
         V[s] = fp8 ? rand_rows(n, d, 62 + s, 1.0f) : rand_bf16_exact(n, 62 + s, 1.0f);
         cache.write(s, K[s], V[s], lens[s]);
         if (fp8) K[s] = fp8_rounded_rows(K[s], d), V[s] = fp8_rounded_rows(V[s], d);
+        if (dtype == KvDtype::Fp16) K[s] = f16_rounded(K[s]), V[s] = f16_rounded(V[s]);
       }
       // Queries: the last 3 positions of slot 0 and the last 2 of slot 1.
       std::vector<int32_t> slot = {0, 0, 0, 1, 1}, pos = {697, 698, 699, 331, 332};
@@ -486,7 +505,7 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
       if (fp8) {
         // The BF16 cache holding the values the FP8 one does (exactly: codes times powers of two)
         // gives the same bits: the kernel's scalings of scores and weights are exact.
-        DeviceKvLayer same(2, kvh, d, window, ring, max_pages, 64, false, /*paged=*/true);
+        DeviceKvLayer same(2, kvh, d, window, ring, max_pages, 64, KvDtype::Bf16, /*paged=*/true);
         for (int s = 0; s < 2; ++s) same.write(s, K[s], V[s], lens[s]);
         Dev<float> out16(q.size());
         cuda::paged_attention(same.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, out16.p, R, heads, window, 0.125f,
@@ -500,8 +519,9 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
                                     {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
       }
       const double err = rel_err(got, ref);
-      EXPECT_LT(err, tol) << "d " << d << " window " << window << " splits " << splits << " fp8 " << fp8;
-      if (splits == 5) std::printf("paged attention d=%d window=%d%s: rel. error %.2e\n", d, window, fp8 ? " fp8" : "", err);
+      EXPECT_LT(err, tol) << "d " << d << " window " << window << " splits " << splits << " " << kv_dtype_name(dtype);
+      if (splits == 5)
+        std::printf("paged attention d=%d window=%d %s: rel. error %.2e\n", d, window, kv_dtype_name(dtype), err);
       // Quantized output.
       Dev<uint8_t> q1(size_t(R) * Q), q2(size_t(R) * Q);
       Dev<float> s1(size_t(fp8::blocks(Q)) * ld), s2(s1.n);
@@ -536,22 +556,27 @@ void PagedAttentionCase(int heads, int kvh, int d, bool fp8 = false) {
   }
 }
 
-// flash_prefill (BF16 Q and P on the tensor cores) against the CPU attention: a prompt of T tokens
+// flash_prefill (Q and P as BF16 on the tensor cores, FP16 over the FP16 cache) against the CPU attention: a prompt of T tokens
 // continuing a sequence of p0 positions, full (paged, shuffled pages) and sliding (ring).
-// fp8: the FP8 cache (paged), against the CPU attention over the values it holds.
-void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kvh = 8, bool fp8 = false) {
+// fp8: the FP8 cache (paged), against the CPU attention over the values it holds. Returns the
+// relative error against the CPU.
+double FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kvh = 8, KvDtype dtype = KvDtype::Bf16,
+                 std::vector<float> K = {}, std::vector<float> V = {}) {
+  const bool fp8 = dtype == KvDtype::Fp8;
   const int d = 64, len = p0 + T, max_pages = (len + 63) / 64, ring = 2176;
   const size_t n = size_t(len) * kvh * d;
   // Keys within 2^-2 .. 2^2 of the BF16 case's scale: Q enters as one BF16, and larger scores
   // would amplify its rounding past the tolerance (the decode kernel's hi + lo pairs do not).
-  std::vector<float> K = fp8 ? rand_rows(n, d, 80, 2.0f, 2) : rand_bf16_exact(n, 80, 2.0f),
-                     V = fp8 ? rand_rows(n, d, 81, 1.0f) : rand_bf16_exact(n, 81, 1.0f);
-  DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82, fp8);
+  // K and V given: values the cache holds exactly.
+  if (K.empty()) K = fp8 ? rand_rows(n, d, 80, 2.0f, 2) : rand_bf16_exact(n, 80, 2.0f);
+  if (V.empty()) V = fp8 ? rand_rows(n, d, 81, 1.0f) : rand_bf16_exact(n, 81, 1.0f);
+  if (dtype == KvDtype::Fp16) K = f16_rounded(K), V = f16_rounded(V);
+  DeviceKvLayer cache(2, kvh, d, window, ring, max_pages, 82, dtype);
   cache.write(1, K, V, len);
   if (fp8) K = fp8_rounded_rows(K, d), V = fp8_rounded_rows(V, d);
   std::unique_ptr<DeviceKvLayer> same;  // fp8: a BF16 cache of the same values (exact)
   if (fp8) {
-    same = std::make_unique<DeviceKvLayer>(2, kvh, d, window, ring, max_pages, 82, false, /*paged=*/true);
+    same = std::make_unique<DeviceKvLayer>(2, kvh, d, window, ring, max_pages, 82, KvDtype::Bf16, /*paged=*/true);
     same->view.rows = 0;  // the mma.sync kernel, whose BF16 path the FP8 one shares (not the wgmma kernel)
     same->write(1, K, V, len);
   }
@@ -566,7 +591,7 @@ void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kv
     Dev<float> out16(q.size());
     cuda::flash_prefill(same->view, dq.p, as_dev_bf16(ds), 1, p0, out16.p, T, heads, window, 0.125f, nullptr, splits,
                         scratch.p);
-    ASSERT_EQ(out.get(), out16.get()) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits;
+    EXPECT_EQ(out.get(), out16.get()) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits;
   }
   if (splits > 1) {
     // Split-KV: the unsplit kernel's result up to P's BF16 rounding, which each split takes
@@ -582,24 +607,28 @@ void FlashCase(int T, int p0, int window, int splits = 1, int heads = 64, int kv
   HostKv kv(K, V, kvh, d);
   cpu::f32_bf16sink_attention(q.data(), pos.data(), kv, sinks.data(), ref.data(), T,
                               {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
-  EXPECT_LT(rel_err(out.get(), ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits
-                                         << " heads " << heads << "/" << kvh << " fp8 " << fp8;
+  const double err = rel_err(out.get(), ref);
+  EXPECT_LT(err, 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " splits " << splits << " heads "
+                       << heads << "/" << kvh << " " << kv_dtype_name(dtype);
   // Quantized for the o-projection (in the epilogue at 8 query heads a KV head, else after it):
   // the codes and scales quantize_act_1x128 makes of the fp32 result, bit for bit, written at a
   // chunk's rows (offset 5 rows into matrices of ld = round4(T + 5)).
   const int Q = heads * d, ld = fp8::round4(T + 5), KB = fp8::blocks(Q);
-  if (Q % 128) return;
+  if (Q % 128) return err;
   Dev<float> s1(size_t(KB) * ld), s2(s1.n), tmp(q.size());
   Dev<uint8_t> q1(size_t(T + 5) * Q), q2(q1.n);
   cuda::quantize_act_1x128(out.p, nullptr, T, Q, q1.p + size_t(5) * Q, s1.p + 5, cuda::ActScales::dense(ld), nullptr);
   cuda::flash_prefill(cache.view, dq.p, as_dev_bf16(ds), 1, p0, tmp.p, T, heads, window, 0.125f, nullptr, splits,
                       scratch.p, {q2.p + size_t(5) * Q, s2.p + 5, ld});
   auto c1 = q1.get(), c2 = q2.get();
-  ASSERT_TRUE(std::equal(c1.begin() + size_t(5) * Q, c1.end(), c2.begin() + size_t(5) * Q))
+  EXPECT_TRUE(std::equal(c1.begin() + size_t(5) * Q, c1.end(), c2.begin() + size_t(5) * Q))
       << "T " << T << " window " << window << " splits " << splits << " heads " << heads << "/" << kvh;
   auto a1 = s1.get(), a2 = s2.get();
+  size_t scale_mismatches = 0;
   for (int kb = 0; kb < KB; ++kb)
-    for (int t = 5; t < T + 5; ++t) ASSERT_EQ(a1[size_t(kb) * ld + t], a2[size_t(kb) * ld + t]) << kb << " " << t;
+    for (int t = 5; t < T + 5; ++t) scale_mismatches += a1[size_t(kb) * ld + t] != a2[size_t(kb) * ld + t];
+  EXPECT_EQ(scale_mismatches, 0u) << "T " << T << " window " << window << " splits " << splits;
+  return err;
 }
 
 TEST(CudaFp8, FlashPrefillMatchesCpu) {
@@ -620,13 +649,14 @@ TEST(CudaFp8, FlashPrefillMatchesCpu) {
 // chunks deep in a sequence that start and end inside pages and tiles, 8, 16 and 1 query heads a
 // KV head. Cache rows never written hold NaN (the rows past the prompt in its last page, and a
 // whole page after it): the kernel must leave them out of V, where P = 0 times NaN would spread.
-void FlashWgmmaCase(int T, int p0, int heads, int kvh) {
+void FlashWgmmaCase(int T, int p0, int heads, int kvh, KvDtype dtype = KvDtype::Bf16) {
   const int window = 0;
   const int d = 64, len = p0 + T, max_pages = (len + 63) / 64 + 1;
   const size_t n = size_t(len) * kvh * d;
   std::vector<float> K = rand_bf16_exact(n, 90, 2.0f), V = rand_bf16_exact(n, 91, 1.0f);
-  DeviceKvLayer cache(2, kvh, d, window, 0, max_pages, 92, false, /*paged=*/true);
-  OSPREY_CUDA_CHECK(cudaMemset(cache.k.p, 0xff, cache.k.n * sizeof(bf16)));  // 0xffff: a BF16 NaN
+  if (dtype == KvDtype::Fp16) K = f16_rounded(K), V = f16_rounded(V);
+  DeviceKvLayer cache(2, kvh, d, window, 0, max_pages, 92, dtype, /*paged=*/true);
+  OSPREY_CUDA_CHECK(cudaMemset(cache.k.p, 0xff, cache.k.n * sizeof(bf16)));  // 0xffff: a BF16 NaN, and an FP16 one
   OSPREY_CUDA_CHECK(cudaMemset(cache.v.p, 0xff, cache.v.n * sizeof(bf16)));
   cache.write(1, K, V, len);
   ASSERT_TRUE(cuda::flash_prefill_on_wgmma(cache.view, heads, window, 1));
@@ -642,14 +672,15 @@ void FlashWgmmaCase(int T, int p0, int heads, int kvh) {
   const auto got = out.get();
   for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isfinite(got[i])) << "T " << T << " p0 " << p0 << " at " << i;
   // The two kernels round P to BF16 against running maxima updated at different key tiles.
-  EXPECT_LT(rel_err(got, old.get()), 3e-3) << "T " << T << " p0 " << p0 << " window " << window << " heads " << heads;
+  EXPECT_LT(rel_err(got, old.get()), 3e-3) << "T " << T << " p0 " << p0 << " heads " << heads << " "
+                                          << kv_dtype_name(dtype);
   std::vector<int32_t> pos(T);
   std::iota(pos.begin(), pos.end(), p0);
   std::vector<float> ref(q.size());
   HostKv kv(K, V, kvh, d);
   cpu::f32_bf16sink_attention(q.data(), pos.data(), kv, sinks.data(), ref.data(), T,
                               {.num_heads = heads, .num_kv_heads = kvh, .head_dim = d, .window = window, .scale = 0.125f});
-  EXPECT_LT(rel_err(got, ref), 1e-2) << "T " << T << " p0 " << p0 << " window " << window << " heads " << heads;
+  EXPECT_LT(rel_err(got, ref), 1e-2) << "T " << T << " p0 " << p0 << " heads " << heads << " " << kv_dtype_name(dtype);
 }
 
 TEST(CudaFp8, FlashPrefillWgmmaMatchesMmaSyncAndCpu) {
@@ -658,12 +689,14 @@ TEST(CudaFp8, FlashPrefillWgmmaMatchesMmaSyncAndCpu) {
   FlashWgmmaCase(300, 50, 16, 1);  // 8 tokens a block
   FlashWgmmaCase(70, 0, 4, 4);     // one head a KV head: 128 tokens a block
   // Which kernel runs: windows, split-KV, the FP8 cache and unknown extents stay on mma.sync.
-  DeviceKvLayer paged(1, 8, 64, 0, 0, 4, 95, false, true), fp8(1, 8, 64, 0, 0, 4, 95, true);
+  DeviceKvLayer paged(1, 8, 64, 0, 0, 4, 95, KvDtype::Bf16, true), fp8(1, 8, 64, 0, 0, 4, 95, KvDtype::Fp8),
+      f16(1, 8, 64, 0, 0, 4, 95, KvDtype::Fp16, true);
   EXPECT_TRUE(cuda::flash_prefill_on_wgmma(paged.view, 64, 0, 1));
   EXPECT_FALSE(cuda::flash_prefill_on_wgmma(paged.view, 64, 128, 1));
   EXPECT_FALSE(cuda::flash_prefill_on_wgmma(paged.view, 64, 0, 2));
   EXPECT_FALSE(cuda::flash_prefill_on_wgmma(paged.view, 24, 0, 1));  // 3 heads a KV head: 128 % 3
   EXPECT_FALSE(cuda::flash_prefill_on_wgmma(fp8.view, 64, 0, 1));
+  EXPECT_TRUE(cuda::flash_prefill_on_wgmma(f16.view, 64, 0, 1));
 }
 
 // Split-KV prefill: a chunk deep in a sequence, its keys cut into ranges (more ranges than some
@@ -691,7 +724,7 @@ TEST(CudaFp8, KvWriteFp8IsTheRowQuantization) {
   for (int d : {64, 16}) {
     const int kvh = 8, len = 200, max_pages = 4;
     const auto K = rand_rows(size_t(len) * kvh * d, d, 70, 3.0f), V = rand_rows(size_t(len) * kvh * d, d, 71, 1.0f);
-    DeviceKvLayer cache(2, kvh, d, 0, 0, max_pages, 72, /*fp8=*/true);
+    DeviceKvLayer cache(2, kvh, d, 0, 0, max_pages, 72, KvDtype::Fp8);
     cache.write(1, K, V, len);
     const auto table = cache.table.get();
     const auto k8 = cache.k8.get(), v8 = cache.v8.get();
@@ -710,32 +743,81 @@ TEST(CudaFp8, KvWriteFp8IsTheRowQuantization) {
   }
 }
 
-TEST(CudaFp8, PagedAttentionFp8MatchesCpu) { PagedAttentionCase(64, 8, 64, /*fp8=*/true); }
+TEST(CudaFp8, PagedAttentionFp8MatchesCpu) { PagedAttentionCase(64, 8, 64, KvDtype::Fp8); }
 
 TEST(CudaFp8, FlashPrefillFp8MatchesCpu) {
   for (int window : {0, 128})
-    for (auto [T, p0] : {std::pair{1, 0}, {129, 0}, {200, 77}, {1000, 0}}) FlashCase(T, p0, window, 1, 64, 8, true);
-  FlashCase(300, 50, 0, 1, 16, 1, true);
-  FlashCase(500, 1500, 128, 1, 64, 8, true);
-  for (int splits : {3, 8}) FlashCase(200, 2500, 0, splits, 64, 8, true);
+    for (auto [T, p0] : {std::pair{1, 0}, {129, 0}, {200, 77}, {1000, 0}})
+      FlashCase(T, p0, window, 1, 64, 8, KvDtype::Fp8);
+  FlashCase(300, 50, 0, 1, 16, 1, KvDtype::Fp8);
+  FlashCase(500, 1500, 128, 1, 64, 8, KvDtype::Fp8);
+  for (int splits : {3, 8}) FlashCase(200, 2500, 0, splits, 64, 8, KvDtype::Fp8);
+}
+
+// --kv-cache-dtype fp16: kv_write stores each value as core/fp16.h's f32_to_f16_satfinite, bit for
+// bit, the values past FP16's range clipped at +-65,504 (rows scaled by up to 2^20), not infinite.
+TEST(CudaFp8, KvWriteFp16IsTheSatfiniteRounding) {
+  const int kvh = 8, d = 64, len = 200, max_pages = 4;
+  const auto K = rand_rows(size_t(len) * kvh * d, d, 73, 3.0f, 20), V = rand_rows(size_t(len) * kvh * d, d, 74, 1.0f, 20);
+  ASSERT_GT(*std::max_element(K.begin(), K.end()), 65504.0f);  // some values are clipped
+  DeviceKvLayer cache(2, kvh, d, 0, 0, max_pages, 75, KvDtype::Fp16);
+  cache.write(1, K, V, len);
+  const auto table = cache.table.get();
+  const auto k = cache.k.get(), v = cache.v.get();
+  for (int p = 0; p < len; ++p)
+    for (int h = 0; h < kvh; ++h) {
+      const size_t at = (cache.row_of(table, 1, p) * kvh + h) * d, src = (size_t(p) * kvh + h) * d;
+      for (int i = 0; i < d; ++i) {
+        ASSERT_EQ(k[at + i], f32_to_f16_satfinite(K[src + i])) << "position " << p << " head " << h << " dim " << i;
+        ASSERT_EQ(v[at + i], f32_to_f16_satfinite(V[src + i])) << "position " << p << " head " << h << " dim " << i;
+      }
+    }
+}
+
+TEST(CudaFp8, PagedAttentionFp16MatchesCpu) { PagedAttentionCase(64, 8, 64, KvDtype::Fp16); }
+
+// The FP16 cache's prefill (Q and P as FP16) against the CPU attention over the values it holds,
+// on both kernels (full layers: wgmma; windows: mma.sync), and against the BF16 cache on values both
+// hold exactly: FP16's three more mantissa bits for Q and P must show, at most half the error.
+TEST(CudaFp8, FlashPrefillFp16MatchesCpuAndBeatsBf16) {
+  for (int window : {0, 128})
+    for (auto [T, p0] : {std::pair{129, 0}, {200, 77}, {1000, 0}}) {
+      const size_t n = size_t(p0 + T) * 8 * 64;
+      const auto K = bf16_and_f16_exact(rand_bf16_exact(n, 85, 2.0f)), V = bf16_and_f16_exact(rand_bf16_exact(n, 86, 1.0f));
+      const double e16 = FlashCase(T, p0, window, 1, 64, 8, KvDtype::Fp16, K, V);
+      const double e_bf16 = FlashCase(T, p0, window, 1, 64, 8, KvDtype::Bf16, K, V);
+      std::printf("flash prefill T=%d p0=%d window=%d: rel. error fp16 %.2e, bf16 %.2e\n", T, p0, window, e16, e_bf16);
+      EXPECT_LT(e16, 0.5 * e_bf16) << "T " << T << " p0 " << p0 << " window " << window;
+    }
+  for (int window : {0, 128}) FlashCase(1, 0, window, 1, 64, 8, KvDtype::Fp16);
+  FlashCase(300, 50, 0, 1, 16, 1, KvDtype::Fp16);
+  FlashCase(500, 1500, 128, 1, 64, 8, KvDtype::Fp16);
+  for (int splits : {3, 8}) FlashCase(200, 2500, 0, splits, 64, 8, KvDtype::Fp16);
+  for (auto [T, p0] : {std::pair{1, 0}, {129, 0}, {200, 77}, {130, 126}}) FlashWgmmaCase(T, p0, 64, 8, KvDtype::Fp16);
+  FlashWgmmaCase(300, 50, 16, 1, KvDtype::Fp16);
 }
 
 // What the FP8 cache cannot run is refused, not misread: another head_dim on the attention
 // kernels, a ring.
 TEST(CudaFp8, Fp8KvRefusesWhatItCannotRun) {
-  DeviceKvLayer small(1, 2, 16, 0, 0, 2, 5, /*fp8=*/true);
+  DeviceKvLayer small(1, 2, 16, 0, 0, 2, 5, KvDtype::Fp8);
   Dev<float> q(size_t(4) * 16), out(q.n), scratch(size_t(4) * 18);
   Dev<bf16> sinks(std::vector<bf16>(4, f32_to_bf16(0.0f)));
   Dev<int32_t> slot(std::vector<int32_t>{0}), pos(std::vector<int32_t>{3});
   EXPECT_THROW(cuda::paged_attention(small.view, q.p, as_dev_bf16(sinks), slot.p, pos.p, out.p, 1, 4, 0, 0.25f, 1,
                                      scratch.p, nullptr),
                std::exception);
-  DeviceKvLayer big(1, 1, 64, 0, 0, 2, 5, /*fp8=*/true);
+  DeviceKvLayer big(1, 1, 64, 0, 0, 2, 5, KvDtype::Fp8);
   big.view.page_table = nullptr, big.view.ring = 128;
   Dev<float> q2(size_t(4) * 64), out2(q2.n);
   EXPECT_THROW(cuda::flash_prefill(big.view, q2.p, as_dev_bf16(sinks), 0, 0, out2.p, 1, 4, 0, 0.125f, nullptr),
                std::exception);
   EXPECT_THROW(cuda::paged_attention(big.view, q2.p, as_dev_bf16(sinks), slot.p, pos.p, out2.p, 1, 4, 0, 0.125f, 1,
+                                     scratch.p, nullptr),
+               std::exception);
+  // The FP16 cache runs on the tensor-core kernels only: head_dim 16 is refused too.
+  DeviceKvLayer small16(1, 2, 16, 0, 0, 2, 5, KvDtype::Fp16);
+  EXPECT_THROW(cuda::paged_attention(small16.view, q.p, as_dev_bf16(sinks), slot.p, pos.p, out.p, 1, 4, 0, 0.25f, 1,
                                      scratch.p, nullptr),
                std::exception);
 }
@@ -830,15 +912,15 @@ TEST_P(Fp8Tokens, RmsNormQuantizeEqualsNormThenQuantize) {
 
 // T fused QKV rows (positions 100, 103, ... of slot 1) written to the cache both ways: rotated by
 // cuda::rope (q into dq) and written by kv_write into `a`, and by qkv_rope_to_cache (q into q2)
-// into `b`; fp8: both caches FP8.
+// into `b`; both caches of the given format.
 struct RopeToCacheRun {
   static constexpr int heads = 64, kvh = 8, d = 64, W = (heads + 2 * kvh) * d, max_pages = 8;
   std::vector<int32_t> pos;
   Dev<float> dq, q2;
   DeviceKvLayer a, b;
-  RopeToCacheRun(int T, uint32_t seed, uint32_t table_seed, bool fp8)
-      : pos(T), dq(size_t(T) * heads * d), q2(dq.n), a(2, kvh, d, 0, 0, max_pages, table_seed, fp8),
-        b(2, kvh, d, 0, 0, max_pages, table_seed, fp8) {
+  RopeToCacheRun(int T, uint32_t seed, uint32_t table_seed, KvDtype dtype)
+      : pos(T), dq(size_t(T) * heads * d), q2(dq.n), a(2, kvh, d, 0, 0, max_pages, table_seed, dtype),
+        b(2, kvh, d, 0, 0, max_pages, table_seed, dtype) {
     auto qkv = randf(size_t(T) * W, seed, 3.0f);
     std::vector<float> q(size_t(T) * heads * d), k(size_t(T) * kvh * d), v(k.size());
     for (int t = 0; t < T; ++t) {
@@ -861,7 +943,7 @@ struct RopeToCacheRun {
 };
 
 TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
-  RopeToCacheRun r(GetParam(), 102, 90, false);
+  RopeToCacheRun r(GetParam(), 102, 90, KvDtype::Bf16);
   DeviceKvLayer &a = r.a, &b = r.b;
   const Dev<float> &q2 = r.q2, &dq = r.dq;
   // The same arithmetic; the compiler may contract it into FMAs differently, so not bit for bit.
@@ -880,7 +962,7 @@ TEST_P(Fp8Tokens, QkvRopeToCacheEqualsRopeAndKvWrite) {
 // step (1/16 relative) here and there.
 TEST_P(Fp8Tokens, QkvRopeToCacheFp8EqualsRopeAndKvWrite) {
   const int T = GetParam(), kvh = RopeToCacheRun::kvh, d = RopeToCacheRun::d;
-  RopeToCacheRun r(T, 103, 91, true);
+  RopeToCacheRun r(T, 103, 91, KvDtype::Fp8);
   DeviceKvLayer &a = r.a, &b = r.b;
   const Dev<float> &q2 = r.q2, &dq = r.dq;
   EXPECT_LT(rel_err(q2.get(), dq.get()), 1e-6);
@@ -900,6 +982,20 @@ TEST_P(Fp8Tokens, QkvRopeToCacheFp8EqualsRopeAndKvWrite) {
       }
     }
   EXPECT_LT(rel_err(fb, fa), 1e-2);
+}
+
+// The same into the FP16 cache: values copied (bit for bit), rotated keys up to the rotation's FMA
+// contraction.
+TEST_P(Fp8Tokens, QkvRopeToCacheFp16EqualsRopeAndKvWrite) {
+  RopeToCacheRun r(GetParam(), 106, 92, KvDtype::Fp16);
+  EXPECT_LT(rel_err(r.q2.get(), r.dq.get()), 1e-6);
+  auto to_f32 = [](const std::vector<bf16>& h) {  // the arrays' raw 16 bits, read as FP16
+    std::vector<float> f;
+    for (uint16_t x : h) f.push_back(std::isnan(f16_to_f32(x)) ? 0.0f : f16_to_f32(x));  // unwritten rows: poisoned
+    return f;
+  };
+  EXPECT_LT(rel_err(to_f32(r.b.k.get()), to_f32(r.a.k.get())), 1e-5);
+  EXPECT_EQ(r.b.v.get(), r.a.v.get());
 }
 
 // The QKV bias added by the rope kernel as it reads the rows (a cuBLASLt output comes without it)

@@ -151,7 +151,7 @@ TEST(CudaFp8Model, Fp8KvCacheMatchesItsCpuEmulation) {
                       .experts = GptOssCudaFp8::ExpertWeights::Fp8, .kv = GptOssCudaFp8::KvCache::Fp8});
   CudaSlots seqs(m);
   const std::vector<float> gpu = seqs.prefill_logits(0, tokens, /*all=*/true);
-  GptOssCpuModel cpu(w, CpuPrecision::Fp8, /*fp8_kv=*/true), cpu16(w, CpuPrecision::Fp8);
+  GptOssCpuModel cpu(w, CpuPrecision::Fp8, KvDtype::Fp8), cpu16(w, CpuPrecision::Fp8);
   KvCache c = cpu.new_cache(), c16 = cpu16.new_cache();
   const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
   const std::vector<float> ref16 = cpu16.forward(tokens, c16, /*all_logits=*/true);
@@ -182,6 +182,58 @@ TEST(CudaFp8Model, Fp8KvCacheMatchesItsCpuEmulation) {
   }
 }
 
+// --kv-cache-dtype fp16 against its CPU emulation (keys and values rounded to FP16, clipped), on
+// the same mini shape and FP8 path as above: a prefill (flash attention, Q and P as FP16) and
+// decode steps. The FP16 cache's GPU path must be nearer its emulation than the BF16 cache's GPU
+// path is to its own (three more mantissa bits in K, V, Q and P), and nearer its emulation than to
+// the BF16 cache's.
+TEST(CudaFp8Model, Fp16KvCacheMatchesItsCpuEmulationCloserThanBf16) {
+  test::TempDir dir;
+  GptOssWeights w = mini_weights(dir, 8);
+  const int V = w.config.vocab;
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(150);
+  for (auto& t : tokens) t = int32_t(rng() % 200000);
+  auto gpu_model = [&](KvDtype kv) {
+    return std::make_unique<GptOssCudaFp8>(
+        w, GptOssCudaFp8::Options{.slots = 1, .max_context = 512, .graphs = false, .kv_blocks = 32, .cublaslt = false,
+                                  .experts = GptOssCudaFp8::ExpertWeights::Fp8, .kv = kv});
+  };
+  auto m16 = gpu_model(KvDtype::Fp16), mb = gpu_model(KvDtype::Bf16);
+  CudaSlots s16(*m16), sb(*mb);
+  const std::vector<float> g16 = s16.prefill_logits(0, tokens, /*all=*/true), gb = sb.prefill_logits(0, tokens, true);
+  GptOssCpuModel cpu16(w, CpuPrecision::Fp8, KvDtype::Fp16), cpub(w, CpuPrecision::Fp8);
+  KvCache c16 = cpu16.new_cache(), cb = cpub.new_cache();
+  const std::vector<float> r16 = cpu16.forward(tokens, c16, /*all_logits=*/true), rb = cpub.forward(tokens, cb, true);
+  ASSERT_EQ(g16.size(), r16.size());
+  const size_t n = r16.size();
+  const double e16 = rel_diff(g16.data(), r16.data(), n), eb = rel_diff(gb.data(), rb.data(), n),
+               cross = rel_diff(g16.data(), rb.data(), n);
+  std::printf("fp16 KV: prefill of 150 tokens against its emulation %.3e (bf16 KV against its own %.3e, ratio %.2f); "
+              "against the bf16-KV emulation %.3e\n", e16, eb, e16 / eb, cross);
+  // Expected about 1/sqrt(8) (FP16's rounding is 8x finer; this random model turns differences into
+  // FP8 activation-code flips): not yet measured, so a first failure may be this margin, not a bug.
+  EXPECT_LT(e16, eb);
+  EXPECT_LT(e16, cross);
+  for (float x : g16) ASSERT_TRUE(std::isfinite(x));
+  // Decode steps from a 70-token prompt.
+  s16.release(0), sb.release(0);
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 70);
+  s16.prefill_logits(0, prompt, false), sb.prefill_logits(0, prompt, false);
+  KvCache d16 = cpu16.new_cache(), db = cpub.new_cache();
+  cpu16.forward(prompt, d16, false), cpub.forward(prompt, db, false);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<int32_t> t = {tokens[size_t(100 + i)]};
+    const auto a = s16.decode_logits(std::vector<int32_t>{0}, t), b = sb.decode_logits(std::vector<int32_t>{0}, t);
+    const auto ra = cpu16.forward(t, d16, false), rb2 = cpub.forward(t, db, false);
+    const double da = rel_diff(a[0].data(), ra.data(), size_t(V)), dbb = rel_diff(b[0].data(), rb2.data(), size_t(V));
+    std::printf("fp16 KV: decode step %d against its emulation %.3e (bf16 KV against its own %.3e)\n", i, da, dbb);
+    // Both decode kernels take Q and P as hi + lo pairs: what remains is the cache rounding, which
+    // each emulation follows, and sums in another order (no ordering between the two is promised).
+    EXPECT_LT(da, std::max(2 * dbb, 1e-3)) << "decode step " << i;
+  }
+}
+
 // What the FP8 cache does not run is refused at construction: head_dim other than 64, the
 // persistent decode kernel; and the CPU emulates it only with the GPU paths' precisions.
 TEST(CudaFp8Model, Fp8KvCacheRefusesWhatItCannotRun) {
@@ -195,7 +247,15 @@ TEST(CudaFp8Model, Fp8KvCacheRefusesWhatItCannotRun) {
   EXPECT_THROW(GptOssCudaFp8(p, {.slots = 1, .max_context = 128, .graphs = false, .kv_blocks = 8,
                                  .kv = GptOssCudaFp8::KvCache::Fp8, .persistent_decode = true}),
                std::exception);
-  EXPECT_THROW(GptOssCpuModel(w, CpuPrecision::Bf16, /*fp8_kv=*/true), std::exception);
+  EXPECT_THROW(GptOssCpuModel(w, CpuPrecision::Bf16, KvDtype::Fp8), std::exception);
+  // The FP16 cache alike.
+  EXPECT_THROW(GptOssCudaFp8(w, {.slots = 1, .max_context = 128, .graphs = false, .kv_blocks = 8,
+                                 .kv = GptOssCudaFp8::KvCache::Fp16}),
+               std::exception);
+  EXPECT_THROW(GptOssCudaFp8(p, {.slots = 1, .max_context = 128, .graphs = false, .kv_blocks = 8,
+                                 .kv = GptOssCudaFp8::KvCache::Fp16, .persistent_decode = true}),
+               std::exception);
+  EXPECT_THROW(GptOssCpuModel(w, CpuPrecision::Bf16, KvDtype::Fp16), std::exception);
 }
 
 // BF16 dense layers (--dense bf16) with MXFP4 experts: the arithmetic of the CPU's BF16 emulation
@@ -272,7 +332,7 @@ TEST(CudaFp8Model, Mxfp4LongChunkThroughCublasMatchesTheEmulation) {
     return seqs.prefill_logits(0, tokens, /*all=*/true);
   };
   auto cpu = [&](CpuPrecision prec, bool w4a8 = true) {
-    GptOssCpuModel model(w, prec, false, w4a8);
+    GptOssCpuModel model(w, prec, KvDtype::Bf16, w4a8);
     KvCache c = model.new_cache();
     return model.forward(tokens, c, /*all_logits=*/true);
   };

@@ -550,7 +550,7 @@ TEST_F(SmallModel, WeightsAutoTakesTheShippedExperts) {
 // ones keep BF16 inputs. So the 300-token chunk differs with the rule off, the 200-token one does not.
 TEST_F(SmallModel, Mxfp4EmulationRunsLongChunksW4a8) {
   GptOssWeights w = GptOssWeights::load(dir_->str());
-  const GptOssCpuModel on(w, CpuPrecision::Mxfp4), off(w, CpuPrecision::Mxfp4, false, /*w4a8_long_chunks=*/false);
+  const GptOssCpuModel on(w, CpuPrecision::Mxfp4), off(w, CpuPrecision::Mxfp4, KvDtype::Bf16, /*w4a8_long_chunks=*/false);
   for (int T : {200, 300}) {
     const auto tokens = ramp_tokens(T, w.config.vocab);
     KvCache c1 = on.new_cache(), c2 = off.new_cache();
@@ -602,7 +602,7 @@ TEST(KvCacheCli, Fp8IsTheEngineCacheOrItsEmulation) {
   auto ref = test::run_cli("generate --backend cuda --precision bf16 --kv-cache-dtype fp8" + m);
   EXPECT_EQ(ref.exit_code, 1);
   EXPECT_NE(ref.err.find("--kv-cache-dtype fp8 chooses"), std::string::npos) << ref.err;
-  auto bad = test::run_cli("generate --kv-cache-dtype fp16" + m);
+  auto bad = test::run_cli("generate --kv-cache-dtype fp4" + m);
   EXPECT_NE(bad.exit_code, 0);
   auto emu = test::run_cli("generate --precision mxfp4 --kv-cache-dtype fp8" + m);
   EXPECT_EQ(emu.exit_code, 0) << emu.err;
@@ -617,6 +617,76 @@ TEST(KvCacheCli, Fp8IsTheEngineCacheOrItsEmulation) {
   ASSERT_EQ(a.size(), b.size());
   EXPECT_GT(a.size(), 1000u);
   EXPECT_NE(a, b);
+}
+
+// --kv-cache-dtype fp16 alike: the engine's GPU cache or its emulation, refused elsewhere by name;
+// the emulation honours it (its logits differ from the BF16 and the FP8 caches' emulations).
+TEST(KvCacheCli, Fp16IsTheEngineCacheOrItsEmulation) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
+  const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
+  auto fp32 = test::run_cli("generate --kv-cache-dtype fp16" + m);
+  EXPECT_EQ(fp32.exit_code, 1);
+  EXPECT_NE(fp32.err.find("--kv-cache-dtype fp16 chooses the engine's GPU KV cache"), std::string::npos) << fp32.err;
+  auto ref = test::run_cli("logits --backend cuda --precision bf16 --kv-cache-dtype fp16 --model " + (d / "m") +
+                           " --tokens 5 --out " + (d / "x.npy"));
+  EXPECT_EQ(ref.exit_code, 1);
+  EXPECT_NE(ref.err.find("--kv-cache-dtype fp16 chooses"), std::string::npos) << ref.err;
+  auto emu = test::run_cli("generate --precision mxfp4 --kv-cache-dtype fp16" + m);
+  EXPECT_EQ(emu.exit_code, 0) << emu.err;
+  const std::string tokens = " --model " + (d / "m") + " --tokens 5,6,7,8,9,10,11,12,13,14,15,16";
+  for (const char* kv : {"bf16", "fp16", "fp8"})
+    ASSERT_EQ(test::run_cli(std::string("logits --precision fp8 --kv-cache-dtype ") + kv + tokens + " --out " +
+                            (d / (std::string(kv) + ".npy")))
+                  .exit_code,
+              0);
+  const auto b = read_npy_f32(d / "bf16.npy"), h = read_npy_f32(d / "fp16.npy"), e = read_npy_f32(d / "fp8.npy");
+  ASSERT_EQ(b.data.size(), h.data.size());
+  ASSERT_EQ(b.data.size(), e.data.size());
+  EXPECT_NE(h.data, b.data);
+  EXPECT_NE(h.data, e.data);
+  for (float x : h.data) ASSERT_TRUE(std::isfinite(x));
+}
+
+// `logits --tokens-file`: each line's logits, from an empty cache, into DIR/i.npy, byte for byte
+// what `--tokens` of that line writes (the model loaded once); --tokens and --tokens-file exclude
+// each other; a bad line is refused naming the file and line, before anything is written.
+TEST(LogitsCli, TokensFileWritesEachSequenceAsTokensWould) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 3 --quiet --out " + (d / "m")).exit_code, 0);
+  {
+    std::ofstream f(d / "seqs.txt");
+    f << "5,6,7,8\n\n9,10\n5,6,7,8,11,12,13\n";  // a blank line is skipped
+  }
+  const std::string m = " --model " + (d / "m");
+  auto many = test::run_cli("logits --precision fp8" + m + " --tokens-file " + (d / "seqs.txt") + " --out " + (d / "out"));
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const char* lines[] = {"5,6,7,8", "9,10", "5,6,7,8,11,12,13"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string one = d / ("one" + std::to_string(i) + ".npy");
+    ASSERT_EQ(test::run_cli("logits --precision fp8" + m + " --tokens " + lines[i] + " --out " + one).exit_code, 0);
+    const std::string a = slurp(one), b = slurp(d / ("out/" + std::to_string(i) + ".npy"));
+    EXPECT_GT(a.size(), 1000u);
+    EXPECT_EQ(a, b) << "line " << i;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d / "out/3.npy"));
+  auto both = test::run_cli("logits" + m + " --tokens 1 --tokens-file " + (d / "seqs.txt") + " --out " + (d / "x"));
+  EXPECT_NE(both.exit_code, 0);
+  auto none = test::run_cli("logits" + m + " --out " + (d / "x"));
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("--tokens or --tokens-file is required"), std::string::npos) << none.err;
+  {
+    std::ofstream f(d / "bad.txt");
+    f << "1,2\nabc\n";
+  }
+  auto bad = test::run_cli("logits" + m + " --tokens-file " + (d / "bad.txt") + " --out " + (d / "badout"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("bad.txt line 2"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(d / "badout"));
 }
 
 // bench's GPU options are refused with the CPU backend (not silently dropped), before any load.

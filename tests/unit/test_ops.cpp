@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <random>
 
+#include "core/fp16.h"
 #include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
 
@@ -277,6 +278,49 @@ TEST(Fp8, ScaledQuotientGivesTheDivisionsCodes) {
   EXPECT_FALSE(fp8::scaled_quotient_exact(0x1p-91f));
   EXPECT_FALSE(fp8::scaled_quotient_exact(INFINITY));
   EXPECT_FALSE(fp8::scaled_quotient_exact(NAN));
+}
+
+// The FP16 KV cache's store: IEEE round to nearest even, the compiler's _Float16 conversion
+// being the reference, except that what would round to infinity is the largest finite value.
+// Every FP16 value round-trips; random floats over every exponent and densely around FP16's
+// subnormal and overflow edges convert as the reference does.
+TEST(Fp16, SatfiniteRoundingIsIeeeClippedAtTheLargestFinite) {
+  auto ref = [](float f) {
+    const _Float16 x = static_cast<_Float16>(f);
+    uint16_t h;
+    std::memcpy(&h, &x, 2);
+    if ((h & 0x7fffu) == 0x7c00u) h = uint16_t((h & 0x8000u) | 0x7bffu);
+    return h;
+  };
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = f16_to_f32(uint16_t(h));
+    _Float16 x;
+    const uint16_t hb = uint16_t(h);
+    std::memcpy(&x, &hb, 2);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(float(x))) << h;
+      ASSERT_TRUE(std::isnan(f16_to_f32(f32_to_f16_satfinite(f)))) << h;
+      continue;
+    }
+    ASSERT_EQ(f, float(x)) << h;
+    if (!std::isinf(f)) ASSERT_EQ(f32_to_f16_satfinite(f), h) << h;
+  }
+  std::mt19937 rng(16);
+  for (int i = 0; i < 4000000; ++i) {
+    uint32_t u = rng();
+    if (i & 1) u = (u & 0x8fffffffu) | 0x30000000u;  // magnitudes 2^-31 .. 2: the subnormal edge
+    if (i % 4 == 3) u = (u & 0x807fffffu) | (uint32_t(127 + 14 + int(rng() % 3)) << 23);  // 2^14 .. 2^17
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_f16_satfinite(f), ref(f)) << std::hexfloat << f;
+  }
+  EXPECT_EQ(f16_to_f32(f32_to_f16_satfinite(1e9f)), kF16Max);
+  EXPECT_EQ(f16_to_f32(f32_to_f16_satfinite(-INFINITY)), -kF16Max);
+  EXPECT_EQ(f16_to_f32(f32_to_f16_satfinite(65519.0f)), kF16Max);  // rounds down to it
+  EXPECT_EQ(f16_to_f32(f32_to_f16_satfinite(1.0f + 0x1p-11f)), 1.0f);  // halfway: to even
+  EXPECT_EQ(f16_to_f32(f32_to_f16_satfinite(0x1p-25f)), 0.0f);  // halfway to the smallest subnormal: to even (0)
+  EXPECT_EQ(f16_to_f32(f32_to_f16_satfinite(0x1.8p-25f)), 0x1p-24f);
 }
 
 // The FP8 KV cache's row format: the exponent is the smallest e with amax <= 448 2^e (so no code

@@ -1,7 +1,9 @@
 // Attention over the paged KV cache of the FP8 path: cache writes (rope_kv.cu), decode
 // attention (attention_decode.cu) and prefill attention (attention_prefill.cu). The cache holds
-// BF16 values, or (k8/v8 set, --kv-cache-dtype fp8) E4M3 codes with a power-of-two exponent per
-// (position, KV head) row, formats/kv_fp8.h (head_dim 64 only: the tensor-core kernels).
+// BF16 values; or (f16, --kv-cache-dtype fp16) FP16 values clipped at +-65,504, which the
+// tensor-core kernels multiply with FP16 queries and weights (head_dim 64 only); or (k8/v8 set,
+// --kv-cache-dtype fp8) E4M3 codes with a power-of-two exponent per (position, KV head) row,
+// formats/kv_fp8.h (head_dim 64 only: the tensor-core kernels). formats/kv_dtype.h names them.
 // Full-attention layers: pages of kPage positions, [pages][kPage][kv_heads][d] for K and for V,
 // found through a per-slot page table [slots][max_pages]. Sliding-window layers: a ring of `ring`
 // positions per slot, [slots][ring][kv_heads][d], position p at p % ring (ring >= window + the
@@ -15,7 +17,7 @@ namespace osprey::cuda {
 constexpr int kPage = 64;
 
 struct KvLayerView {
-  bf16 *k = nullptr, *v = nullptr;      // BF16 cache
+  uint16_t *k = nullptr, *v = nullptr;  // 16-bit cache: BF16 bits, or FP16 bits when f16
   uint8_t *k8 = nullptr, *v8 = nullptr;  // FP8 cache: codes, where k and v would be
   int8_t *k_exp = nullptr, *v_exp = nullptr;  // FP8 cache: row exponents [rows / kPage][kv_heads][kPage]
   __host__ __device__ bool fp8() const { return k8 != nullptr; }
@@ -24,9 +26,10 @@ struct KvLayerView {
   int ring = 0;                         // ring layers: positions per slot
   int kv_heads = 0, d = 0;
   int64_t rows = 0;  // rows of k and v (each kv_heads x d): what TMA may read; 0: not known
+  bool f16 = false;  // the 16-bit cache holds FP16 (--kv-cache-dtype fp16), not BF16
 };
 
-// Writes k, v [rows][kv_heads][d] (fp32) as BF16 (or FP8, L.fp8()) at (slot[r], pos[r]).
+// Writes k, v [rows][kv_heads][d] (fp32) as BF16 (FP16 with L.f16, FP8 with L.fp8()) at (slot[r], pos[r]).
 void kv_write(const KvLayerView& L, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int rows,
               cudaStream_t s);
 
@@ -52,7 +55,8 @@ struct Quantized1x128 {
 // row's slot: [max(0, pos - window + 1) or 0, pos]. The keys are split into `splits` ranges
 // handled by separate warps or blocks and merged (partials: scratch of rows*heads*splits*(d+2)
 // floats); the sink enters only the first range's state, so it is counted exactly once. d = 64
-// runs on the tensor cores (Q and P as hi + lo BF16 pairs), other d on the CUDA cores. out may be
+// runs on the tensor cores (Q and P as hi + lo BF16 pairs, FP16 pairs over the FP16 cache), other d
+// on the CUDA cores (the BF16 cache only). out may be
 // null when `quant` takes the output (quantized as quantize_act_1x128 would). merge_count
 // (optional; d = 64 with whole 128-column blocks per KV head): rows x kv_heads counters, zero before
 // the first call and left zero: the block that finishes the last split of a (row, KV head) merges
@@ -72,8 +76,8 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits);
 // already written to the cache of `slot`. A block takes 128 query rows = (128 / group) tokens x
 // the group of query heads that share one KV head, so each K/V tile is loaded once for the group;
 // 64-key tiles are double-buffered through cp.async and read by ldmatrix, and only tiles that
-// cross a row's causal or window edge are masked. Q and P enter the tensor cores as BF16 (the
-// CUDA-core paged_attention keeps them fp32). The sink seeds each row's running max and sum.
+// cross a row's causal or window edge are masked. Q and P enter the tensor cores as BF16, or as
+// FP16 over the FP16 cache (the CUDA-core paged_attention keeps them fp32). The sink seeds each row's running max and sum.
 // splits > 1 (split-KV): the keys of each block of queries are cut into `splits` ranges run by
 // separate blocks (partial states in `scratch`, T * heads * splits * (d + 2) floats), then merged;
 // the sink enters the first range only. A chunk deep in a long sequence then runs on many more

@@ -19,6 +19,11 @@ namespace osprey::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// The cache's format as the kernels' template parameter (KvLayerView: f16, fp8()). The tensor
+// cores take BF16 operands with the BF16 and FP8 caches (E4M3 codes times 2^e are BF16 values;
+// FP16 could not hold 2^e's range) and FP16 operands with the FP16 cache.
+enum class KvFormat { Bf16, F16, Fp8 };
+
 __device__ inline float exp2_approx(float x) {  // 2^x, x = -inf gives 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -78,17 +83,35 @@ __device__ inline uint4 e4m3x8_to_bf16x8_scaled(uint2 w, float pow2e) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// x as the FP16 cache stores it: round to nearest, clipped at +-65,504 (core/fp16.h's
+// f32_to_f16_satfinite: the same bits, NaN aside), as raw bits.
+__device__ inline uint16_t f16_satfinite_bits(float x) {
+  return __half_as_ushort(__float2half_rn(fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x));
+}
+// Two values as the 16-bit cache stores them (FP16 clipped, or BF16), packed (lo first).
+__device__ inline uint32_t pack_kv16(float lo, float hi, bool f16) {
+  return f16 ? uint32_t(f16_satfinite_bits(lo)) | (uint32_t(f16_satfinite_bits(hi)) << 16) : pack_bf16(lo, hi);
+}
+
+// Two query values as the tensor cores' 16-bit A operand: FP16 clipped as the cache's values are
+// (kF16), or BF16.
+template <bool kF16>
+__device__ inline uint32_t pack_q16(float lo, float hi) {
+  if constexpr (kF16) return pack_kv16(lo, hi, true);
+  else return pack_bf16(lo, hi);
+}
+
 // A warp writes one cache row (K or V of KV head h at cache row `row`): lane holds the values of
-// dims idx[i] (idx[i] < 0: none), N per lane, d in all. BF16, or E4M3 codes and the row's exponent.
+// dims idx[i] (idx[i] < 0: none), N per lane, d in all. BF16, FP16 (L.f16), or E4M3 codes and the row's exponent.
 template <int N>
 __device__ inline void store_kv_row_warp(const KvLayerView& L, bool is_v, size_t row, int h, const float (&val)[N],
                                          const int (&idx)[N]) {
   const size_t base = (row * L.kv_heads + h) * size_t(L.d);
   if (!L.fp8()) {
-    bf16* dst = (is_v ? L.v : L.k) + base;
+    uint16_t* dst = (is_v ? L.v : L.k) + base;
 #pragma unroll
     for (int i = 0; i < N; ++i)
-      if (idx[i] >= 0) dst[idx[i]] = __float2bfloat16(val[i]);
+      if (idx[i] >= 0) dst[idx[i]] = L.f16 ? f16_satfinite_bits(val[i]) : __bfloat16_as_ushort(__float2bfloat16(val[i]));
     return;
   }
   float amax = 0.0f;
@@ -110,6 +133,24 @@ __device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) 
   const float2 f = __bfloat1622float2(h);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = pack_bf16(a - f.x, b - f.y);
+}
+
+// The same in FP16 (kF16) or BF16, by the cache's 16-bit type. FP16 pairs carry 11 bits each, ~22
+// together, down to magnitudes near 2^-2 where lo turns subnormal (absolute error at most 2^-25
+// below that); values past +-65,504 are clipped first, as the cache's and pack_q16's are (an
+// infinite hi would make lo -inf and the score NaN).
+template <bool kF16>
+__device__ inline void split_16(float a, float b, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kF16) {
+    auto clip = [](float x) { return fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x; };  // NaN stays NaN
+    a = clip(a), b = clip(b);
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 f = __half22float2(h);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = pack_f16(a - f.x, b - f.y);
+  } else {
+    split_bf16(a, b, hi, lo);
+  }
 }
 
 // The attention sink, written once for every kernel: a head's learned logit joins each row's

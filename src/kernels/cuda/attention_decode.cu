@@ -1,4 +1,4 @@
-// Decode attention over the paged BF16 or FP8 KV cache (attention.cuh paged_attention): split along the
+// Decode attention over the paged BF16, FP16 or FP8 KV cache (attention.cuh paged_attention): split along the
 // KV length, on the tensor cores for d = 64 and on the CUDA cores otherwise, with a merge that can
 // quantize its output for the next GEMM (in the attention kernel's tail or as its own kernel).
 #include <algorithm>
@@ -13,7 +13,7 @@ namespace osprey::cuda {
 
 namespace {
 
-// CUDA-core decode attention (any D): a block per (KV head, row, split); its warps are the query
+// CUDA-core decode attention (any D; the BF16 cache only): a block per (KV head, row, split); its warps are the query
 // heads of that KV head (they share every K/V row through L1). Each lane scores its own key of a
 // group of 32, the group's max and sum update the running softmax once, and the lanes, each
 // owning D/32 output dimensions, accumulate the 32 value rows. Writes partial states.
@@ -48,7 +48,7 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
       const int j = j0 + lane;
       float s = -FLT_MAX;
       if (j < k1) {
-        const bf16* kp = L.k + kv_row(L, slot, j) * kvn + size_t(g) * D;
+        const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(L.k) + kv_row(L, slot, j) * kvn + size_t(g) * D;
         float dot = 0;
 #pragma unroll
         for (int i = 0; i < D; i += 8) {
@@ -71,7 +71,7 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
       const int cnt = min(32, k1 - j0);
       for (int u = 0; u < cnt; ++u) {
         const float pu = __shfl_sync(0xffffffffu, p, u);
-        const bf16* vp = L.v + kv_row(L, slot, j0 + u) * kvn + size_t(g) * D;
+        const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(L.v) + kv_row(L, slot, j0 + u) * kvn + size_t(g) * D;
 #pragma unroll
         for (int i = 0; i < PER; ++i)
           if (lane + 32 * i < D) acc[i] += pu * __bfloat162float(vp[lane + 32 * i]);
@@ -86,9 +86,9 @@ __global__ void paged_attention_kernel(KvLayerView L, const float* q, const bf16
   }
 }
 
-template <bool kEarlyKv, bool kFp8>
+template <bool kEarlyKv, KvFormat kKv>
 __global__ void __launch_bounds__(256) paged_decode_tc_kernel(DecodeAttentionArgs args) {
-  paged_decode_tc_body<kEarlyKv, kFp8>(args, VBlock::this_block(), PdlSync{});
+  paged_decode_tc_body<kEarlyKv, kKv>(args, VBlock::this_block(), PdlSync{});
 }
 
 // Merges the splits of each (row, head) and writes the fp32 output and/or its 1x128 FP8
@@ -124,6 +124,10 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
     fail_plain("paged_attention: the FP8 KV cache runs on the tensor-core kernel only (head_dim 64, up to 16 query "
                "heads per KV head, page tables); this layer has head_dim " + std::to_string(L.d) + ", " +
                std::to_string(group) + " heads per KV head" + (L.page_table ? "" : ", a ring"));
+  if (L.f16 && !(L.d == 64 && group <= 16))
+    fail_plain("paged_attention: the FP16 KV cache runs on the tensor-core kernel only (head_dim 64, up to 16 query "
+               "heads per KV head); this layer has head_dim " + std::to_string(L.d) + ", " + std::to_string(group) +
+               " heads per KV head");
   if (L.d == 64 && group <= 16) {
     int W = 1;
     while (W < kMaxWarpsPerSplit && size_t(rows) * L.kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
@@ -133,8 +137,9 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
     // Not with the FP8 cache: its two tiles in flight take the registers (255 and a spill with
     // the early loads; 20b at 8k, batch 1: 2.62 ms a step against 2.37 with BF16).
     const bool early = decode_rows && rows <= 8 && !L.fp8();
-    auto* kernel = L.fp8() ? paged_decode_tc_kernel<false, true>
-                           : (early ? paged_decode_tc_kernel<true, false> : paged_decode_tc_kernel<false, false>);
+    auto* kernel = L.fp8()  ? paged_decode_tc_kernel<false, KvFormat::Fp8>
+                   : L.f16 ? (early ? paged_decode_tc_kernel<true, KvFormat::F16> : paged_decode_tc_kernel<false, KvFormat::F16>)
+                           : (early ? paged_decode_tc_kernel<true, KvFormat::Bf16> : paged_decode_tc_kernel<false, KvFormat::Bf16>);
     launch_pdl("attn", kernel, grid, 32 * W,
                W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s,
                DecodeAttentionArgs{L, q, sinks, slot, pos, heads, window, scale_log2, splits, scratch,

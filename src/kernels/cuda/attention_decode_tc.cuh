@@ -19,7 +19,8 @@ __device__ inline float* partial_at(float* scratch, int r, int h, int heads, int
 // partial per block). The query heads of the KV head are the rows of m16n8k16 BF16 MMAs (up to
 // 16); keys come in 64-key tiles (one page),
 // straight from global memory into the B fragments. Q and P enter as hi + lo BF16 pairs (two MMAs
-// each), so scores and weights keep ~16 bits and the result stays close to fp32 arithmetic.
+// each), so scores and weights keep ~16 bits and the result stays close to fp32 arithmetic; over
+// the FP16 cache (kF16) as hi + lo FP16 pairs (~22 bits), the MMAs FP16.
 // Because a dot product may visit dimensions in any order as long as both operands agree, each
 // thread loads 16 contiguous bytes of a key (dims 32j + 8c .. + 7 feed k-steps 2j, 2j + 1) and of
 // a value row (dims 8g .. 8g + 7 are the output columns g of the 8 n-tiles), with Q and the
@@ -79,8 +80,9 @@ struct DecodeAttentionArgs {
   Quantized1x128 quant;
 };
 
-template <bool kEarlyKv, bool kFp8 = false, class Sync>
+template <bool kEarlyKv, KvFormat kKv = KvFormat::Bf16, class Sync>
 __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBlock blk, const Sync& sync) {
+  constexpr bool kFp8 = kKv == KvFormat::Fp8, kF16 = kKv == KvFormat::F16;
   const KvLayerView& L = args.L;
   const float* q = args.q;
   const bf16* sinks = args.sinks;
@@ -106,7 +108,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
   auto valid = [&](int key) { return key >= first && key <= pos; };
 
   // Tile t's keys and values straight into MMA fragments, one memory round trip.
-  using Frag = std::conditional_t<kFp8, uint2, uint4>;  // 8 values: E4M3 codes or BF16
+  using Frag = std::conditional_t<kFp8, uint2, uint4>;  // 8 values: E4M3 codes, or BF16 or FP16
   // kFp8: two tiles in flight a warp (their fragments take the registers one BF16 tile's do), so
   // that a warp has as many bytes in flight as with BF16 while it converts and multiplies.
   constexpr int kBuf = kFp8 ? 2 : 1;
@@ -145,7 +147,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const int key = j0 + n * 8 + g;
-        const bf16* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
+        const uint16_t* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
 #pragma unroll
         for (int j = 0; j < 2; ++j)
           kf[B][n][j] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(kp + 32 * j)) : make_uint4(0, 0, 0, 0);
@@ -165,7 +167,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
            (uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.v_exp + e0))) << 16);
     }
   };
-  auto to_bf16 = [](const Frag& f) -> uint4 {
+  auto to_mma = [](const Frag& f) -> uint4 {  // E4M3 codes made BF16; 16-bit values as they are
     if constexpr (kFp8) return e4m3x8_to_bf16x8(f);
     else return f;
   };
@@ -195,8 +197,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        split_bf16(v[4 * h] * scale_log2, v[4 * h + 1] * scale_log2, qh[2 * j + h][i], ql[2 * j + h][i]);
-        split_bf16(v[4 * h + 2] * scale_log2, v[4 * h + 3] * scale_log2, qh[2 * j + h][2 + i], ql[2 * j + h][2 + i]);
+        split_16<kF16>(v[4 * h] * scale_log2, v[4 * h + 1] * scale_log2, qh[2 * j + h][i], ql[2 * j + h][i]);
+        split_16<kF16>(v[4 * h + 2] * scale_log2, v[4 * h + 3] * scale_log2, qh[2 * j + h][2 + i], ql[2 * j + h][2 + i]);
       }
     }
   float m[2], l[2], acc[8][4] = {};
@@ -216,13 +218,13 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       if constexpr (kFp8) {  // each fragment made BF16 once, for its two k-steps
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const uint4 w = to_bf16(kf[B][n][j]);
+          const uint4 w = to_mma(kf[B][n][j]);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int ks = 2 * j + h;
             const uint32_t b0 = h ? w.z : w.x, b1 = h ? w.w : w.y;
-            mma_bf16_16816(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
-            mma_bf16_16816(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+            mma_16816<kF16>(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+            mma_16816<kF16>(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
           }
         }
       } else {
@@ -230,8 +232,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
         for (int ks = 0; ks < 4; ++ks) {
           const uint4& w = kf[B][n][ks >> 1];
           const uint32_t b0 = (ks & 1) ? w.z : w.x, b1 = (ks & 1) ? w.w : w.y;
-          mma_bf16_16816(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
-          mma_bf16_16816(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+          mma_16816<kF16>(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+          mma_16816<kF16>(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
         }
       }
     }
@@ -260,12 +262,12 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t ph[4], pl[4];
-      split_bf16(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      const uint4 w0 = to_bf16(vf[B][kk][0]), w1 = to_bf16(vf[B][kk][1]), w2 = to_bf16(vf[B][kk][2]),
-                  w3 = to_bf16(vf[B][kk][3]);
+      split_16<kF16>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      split_16<kF16>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      split_16<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      split_16<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      const uint4 w0 = to_mma(vf[B][kk][0]), w1 = to_mma(vf[B][kk][1]), w2 = to_mma(vf[B][kk][2]),
+                  w3 = to_mma(vf[B][kk][3]);
       const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&w0);
       const uint32_t* v1 = reinterpret_cast<const uint32_t*>(&w1);
       const uint32_t* v2 = reinterpret_cast<const uint32_t*>(&w2);
@@ -274,8 +276,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       for (int nt = 0; nt < 8; ++nt) {  // output column g of n-tile nt = dim 8g + nt
         const uint32_t sel = (nt & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = __byte_perm(v0[nt >> 1], v1[nt >> 1], sel), b1 = __byte_perm(v2[nt >> 1], v3[nt >> 1], sel);
-        mma_bf16_16816(acc[nt], ph[0], ph[1], ph[2], ph[3], b0, b1);
-        mma_bf16_16816(acc[nt], pl[0], pl[1], pl[2], pl[3], b0, b1);
+        mma_16816<kF16>(acc[nt], ph[0], ph[1], ph[2], ph[3], b0, b1);
+        mma_16816<kF16>(acc[nt], pl[0], pl[1], pl[2], pl[3], b0, b1);
       }
     }
   };

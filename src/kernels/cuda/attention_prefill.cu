@@ -1,7 +1,8 @@
 // Prefill attention on the tensor cores (attention.cuh flash_prefill): FlashAttention-2 over the
-// paged BF16 or FP8 cache (mma.sync), with the sink and the sliding window, split over the keys
-// when a chunk's queries alone cannot fill the GPU; and full-attention layers over the BF16 cache
-// on wgmma (FlashAttention-3's structure, below).
+// paged BF16, FP16 or FP8 cache (mma.sync), with the sink and the sliding window, split over the
+// keys when a chunk's queries alone cannot fill the GPU; and full-attention layers over the BF16 or
+// FP16 cache on wgmma (FlashAttention-3's structure, below). Q and P enter the tensor cores in the
+// cache's 16-bit type: BF16 (also for the FP8 cache, whose tiles are made BF16), or FP16.
 #include <algorithm>
 
 #include "kernels/cuda/attention_common.cuh"
@@ -18,14 +19,14 @@ namespace {
 // A block: 8 warps x 16 query rows = 128 rows, row r = token t0 + r / group, query head
 // g_kv * group + r % group (the query heads of one KV head, so each K/V tile serves all of them).
 // Keys come in tiles of 64 (one page of a full layer), double-buffered through cp.async; shared
-// rows are padded to 72 BF16 (144 bytes) so that ldmatrix's eight row addresses hit distinct banks.
+// rows are padded to 72 16-bit values (144 bytes) so that ldmatrix's eight row addresses hit distinct banks.
 constexpr int kFaWarps = 8, kFaRows = 16 * kFaWarps, kFaKeys = 64, kFaD = 64, kFaPad = 72;
 constexpr int kFaThreads = 32 * kFaWarps;
 static_assert(kFaKeys == kPage, "a key tile is one page: one page-table lookup per tile");
 
-struct FaTile {
-  bf16 k[kFaKeys][kFaPad];
-  bf16 v[kFaKeys][kFaPad];
+struct FaTile {  // BF16 or FP16 values
+  uint16_t k[kFaKeys][kFaPad];
+  uint16_t v[kFaKeys][kFaPad];
 };
 
 // Issues the cp.async copies of key tile j0's K and V rows into t (zeros outside [lo, hi]: the
@@ -174,11 +175,12 @@ __device__ inline void mask_scores(float (&s)[NT][4], int j0, const int (&pos_r)
 // Split-KV (gridDim.z = splits > 1): split z takes its share of the block's key tiles and writes
 // its unnormalized partial state to `part` [T][heads][splits][d + 2] (acc, then m and l, base 2);
 // only split 0 owns the sink. flash_merge_kernel combines them.
-template <bool kFp8>
+template <KvFormat kKv>
 __global__ void __launch_bounds__(kFaThreads, 2)
     flash_prefill_kernel(KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot, int p0,
                          float* __restrict__ out, int T, int heads, int window, float scale_log2,
                          float* __restrict__ part, Quantized1x128 quant) {
+  constexpr bool kFp8 = kKv == KvFormat::Fp8, kF16 = kKv == KvFormat::F16;
   __shared__ __align__(128) FaTile tiles[2];
   const int g_kv = blockIdx.x, group = heads / L.kv_heads, tokens_per_block = kFaRows / group;
   // The heaviest blocks (the last queries see the most keys) start first.
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kFaThreads, 2)
   int pos_r[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) pos_r[i] = p0 + (R.valid(i) ? R.tok(i) : 0);
-  // Q fragments (A operand, 16 rows x 64 dims = 4 k-steps), BF16.
+  // Q fragments (A operand, 16 rows x 64 dims = 4 k-steps), BF16 or FP16.
   uint32_t qa[4][4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks)
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kFaThreads, 2)
         if (R.valid(i))
           v = *reinterpret_cast<const float2*>(q + (size_t(R.tok(i)) * heads + R.head(i)) * kFaD + ks * 16 + 2 * c +
                                                8 * hi);
-        qa[ks][hi * 2 + i] = pack_bf16(v.x, v.y);
+        qa[ks][hi * 2 + i] = pack_q16<kF16>(v.x, v.y);
       }
   const int split = blockIdx.z, splits = gridDim.z;
   float m[2], l[2], acc[8][4];
@@ -257,8 +259,8 @@ __global__ void __launch_bounds__(kFaThreads, 2)
       for (int kp = 0; kp < 2; ++kp) {
         uint32_t b[4];  // dims 32kp + 8i..: k-step 2kp is b[0], b[1]; 2kp + 1 is b[2], b[3]
         ldmatrix_x4(b, k_addr + st * kStage + (n * 8 * kFaPad + kp * 32) * 2);
-        mma_bf16_16816(s[n], qa[2 * kp][0], qa[2 * kp][1], qa[2 * kp][2], qa[2 * kp][3], b[0], b[1]);
-        mma_bf16_16816(s[n], qa[2 * kp + 1][0], qa[2 * kp + 1][1], qa[2 * kp + 1][2], qa[2 * kp + 1][3], b[2], b[3]);
+        mma_16816<kF16>(s[n], qa[2 * kp][0], qa[2 * kp][1], qa[2 * kp][2], qa[2 * kp][3], b[0], b[1]);
+        mma_16816<kF16>(s[n], qa[2 * kp + 1][0], qa[2 * kp + 1][1], qa[2 * kp + 1][2], qa[2 * kp + 1][3], b[2], b[3]);
       }
     }
     // Masks only where a tile crosses a row's causal edge or window edge.
@@ -267,15 +269,15 @@ __global__ void __launch_bounds__(kFaThreads, 2)
     // O += P V (P as the A operand straight from the S fragments).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]), a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const uint32_t a0 = pack_16<kF16>(s[2 * kk][0], s[2 * kk][1]), a1 = pack_16<kF16>(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t a2 = pack_16<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      const uint32_t a3 = pack_16<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];  // n-tile 2np: b[0], b[1]; 2np + 1: b[2], b[3]
         ldmatrix_x4_trans(b, v_addr + st * kStage + (kk * 16 * kFaPad + np * 16) * 2);
-        mma_bf16_16816(acc[2 * np], a0, a1, a2, a3, b[0], b[1]);
-        mma_bf16_16816(acc[2 * np + 1], a0, a1, a2, a3, b[2], b[3]);
+        mma_16816<kF16>(acc[2 * np], a0, a1, a2, a3, b[0], b[1]);
+        mma_16816<kF16>(acc[2 * np + 1], a0, a1, a2, a3, b[2], b[3]);
       }
     }
     if constexpr (kFp8) {
@@ -310,7 +312,8 @@ __global__ void flash_merge_kernel(const float* __restrict__ part, float* __rest
 // each) and one producer warp (warp 8). The producer streams key tiles of 128 (two pages) of K
 // and V by TMA (128-byte swizzle) into a ring of kWgStages; per tile a consumer warpgroup computes
 // S = Q K^T (4 wgmma m64n128k16, Q and K from shared memory), the online softmax in registers,
-// and O += P V (8 wgmma m64n64k16, P from registers as BF16, V transposed from shared memory).
+// and O += P V (8 wgmma m64n64k16, P from registers, V transposed from shared memory), in the
+// cache's 16-bit type (kF16: FP16, else BF16).
 // Within a warpgroup the tiles overlap (kWgOverlap): tile t's S and tile t - 1's P V are issued
 // together, so the tensor cores run P V while the warpgroup computes tile t's softmax; the two
 // warpgroups also run out of step.
@@ -318,14 +321,14 @@ __global__ void flash_merge_kernel(const float* __restrict__ part, float* __rest
 // that is not finite is NaN, and cache rows past the written range hold anything): a page wholly
 // past it is not read, and the producer zeroes the rows past it in the last tile before it hands
 // the tile over. Full attention only (windowed layers: flash_prefill_on_wgmma), one split, the
-// BF16 cache with page tables.
+// BF16 or FP16 cache with page tables.
 constexpr int kWgKeys = 128, kWgStages = 4, kWgThreads = kFaThreads + 32;
 constexpr bool kWgOverlap = true;
 
-struct WgSmem {
-  bf16 q[kFaRows * kFaD];               // 128 rows of 128 bytes, swizzled
-  bf16 k[kWgStages][kWgKeys * kFaD];    // [key][dim], swizzled
-  bf16 v[kWgStages][kWgKeys * kFaD];
+struct WgSmem {  // BF16 or FP16 values
+  uint16_t q[kFaRows * kFaD];               // 128 rows of 128 bytes, swizzled
+  uint16_t k[kWgStages][kWgKeys * kFaD];    // [key][dim], swizzled
+  uint16_t v[kWgStages][kWgKeys * kFaD];
   uint64_t full[kWgStages], empty[kWgStages], last;
 };
 constexpr size_t kWgSmemBytes = sizeof(WgSmem) + 1024;  // and the 1,024-byte alignment
@@ -367,26 +370,30 @@ __device__ inline void flash_wgmma_produce(WgSmem& s, const CUtensorMap& tk, con
 }
 
 // S = Q K^T of a warpgroup's 64 rows and a 128-key tile, issued (the caller commits and waits).
+template <bool kF16>
 __device__ inline void issue_scores(float (&sc)[64], uint32_t q_addr, uint32_t k_addr) {
 #pragma unroll
   for (int kk = 0; kk < kFaD / 16; ++kk)
-    sm90::wgmma_m64n128k16_bf16(sc, sm90::desc_k128_swizzle(q_addr + kk * 32), sm90::desc_k128_swizzle(k_addr + kk * 32),
+    sm90::wgmma_m64n128k16_16bit<kF16>(sc, sm90::desc_k128_swizzle(q_addr + kk * 32), sm90::desc_k128_swizzle(k_addr + kk * 32),
                                 kk > 0);
 }
 // O += P V, issued: P's 16-key steps pa (the m16n8k16 A fragments of the S accumulators).
+template <bool kF16>
 __device__ inline void issue_pv(float (&o)[32], const uint32_t (&pa)[8][4], uint32_t v_addr) {
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) sm90::wgmma_m64n64k16_bf16_rs(o, pa[kk], sm90::desc_mn128_swizzle(v_addr + kk * 16 * 128));
+  for (int kk = 0; kk < 8; ++kk) sm90::wgmma_m64n64k16_16bit_rs<kF16>(o, pa[kk], sm90::desc_mn128_swizzle(v_addr + kk * 16 * 128));
 }
+template <bool kF16>
 __device__ inline void pack_weights(const float (&s4)[16][4], uint32_t (&pa)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    pa[kk][0] = pack_bf16(s4[2 * kk][0], s4[2 * kk][1]), pa[kk][1] = pack_bf16(s4[2 * kk][2], s4[2 * kk][3]);
-    pa[kk][2] = pack_bf16(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
-    pa[kk][3] = pack_bf16(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
+    pa[kk][0] = pack_16<kF16>(s4[2 * kk][0], s4[2 * kk][1]), pa[kk][1] = pack_16<kF16>(s4[2 * kk][2], s4[2 * kk][3]);
+    pa[kk][2] = pack_16<kF16>(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
+    pa[kk][3] = pack_16<kF16>(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
   }
 }
 
+template <bool kF16>
 __global__ void __launch_bounds__(kWgThreads, 1)
     flash_prefill_wgmma_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                                KvLayerView L, const float* __restrict__ q, const bf16* __restrict__ sinks, int slot,
@@ -412,7 +419,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   const int wg = warp >> 2;
   const FaRows R{t0, group, g_kv, T, heads, tokens_per_block, warp, lane >> 2};
-  // The warpgroup's 64 query rows into shared memory as BF16, 128-byte swizzled (16-byte piece p
+  // The warpgroup's 64 query rows into shared memory as BF16 or FP16, 128-byte swizzled (16-byte piece p
   // of row r at piece p ^ (r % 8)); rows past the block's tokens are zeros.
   for (int i = threadIdx.x & 127; i < 64 * 8; i += 128) {
     const int r = 64 * wg + (i >> 3), p = i & 7, tok = t0 + r / group;
@@ -421,7 +428,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const float4* src =
           reinterpret_cast<const float4*>(q + (size_t(tok) * heads + g_kv * group + r % group) * kFaD + p * 8);
       const float4 a = src[0], b = src[1];
-      v = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+      v = make_uint4(pack_q16<kF16>(a.x, a.y), pack_q16<kF16>(a.z, a.w), pack_q16<kF16>(b.x, b.y),
+                     pack_q16<kF16>(b.z, b.w));
     }
     *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(s.q) + r * 128 + ((p ^ (r & 7)) * 16)) = v;
   }
@@ -458,12 +466,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // awaited, its weights computed while P V runs, then O rescaled once P V is done.
     sm90::mbar_wait(&s.full[0], 0);
     sm90::wgmma_fence();
-    issue_scores(sc, q_addr, sm90::smem_u32(s.k[0]));
+    issue_scores<kF16>(sc, q_addr, sm90::smem_u32(s.k[0]));
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(sc);
     scores_to_weights(0);
-    pack_weights(s4, pa);
+    pack_weights<kF16>(s4, pa);
     int prev = 0;
     stage = 1, phase = kWgStages == 1;
     for (int t = 1; t < tb; ++t) {
@@ -471,9 +479,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       sm90::fence_regs(sc);
       sm90::fence_regs(o);
       sm90::wgmma_fence();
-      issue_scores(sc, q_addr, sm90::smem_u32(s.k[stage]));
+      issue_scores<kF16>(sc, q_addr, sm90::smem_u32(s.k[stage]));
       sm90::wgmma_commit();
-      issue_pv(o, pa, sm90::smem_u32(s.v[prev]));
+      issue_pv<kF16>(o, pa, sm90::smem_u32(s.v[prev]));
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
       sm90::fence_regs(sc);
@@ -482,12 +490,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       sm90::fence_regs(o);
       release(prev);
       rescale_rows(o4, corr);
-      pack_weights(s4, pa);
+      pack_weights<kF16>(s4, pa);
       prev = stage;
       if (++stage == kWgStages) stage = 0, phase ^= 1;
     }
     sm90::wgmma_fence();
-    issue_pv(o, pa, sm90::smem_u32(s.v[prev]));
+    issue_pv<kF16>(o, pa, sm90::smem_u32(s.v[prev]));
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o);
@@ -497,16 +505,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       sm90::mbar_wait(&s.full[stage], phase);
       sm90::fence_regs(sc);
       sm90::wgmma_fence();
-      issue_scores(sc, q_addr, sm90::smem_u32(s.k[stage]));
+      issue_scores<kF16>(sc, q_addr, sm90::smem_u32(s.k[stage]));
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(sc);
       scores_to_weights(t);
       rescale_rows(o4, corr);
-      pack_weights(s4, pa);
+      pack_weights<kF16>(s4, pa);
       sm90::fence_regs(o);
       sm90::wgmma_fence();
-      issue_pv(o, pa, sm90::smem_u32(s.v[stage]));
+      issue_pv<kF16>(o, pa, sm90::smem_u32(s.v[stage]));
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o);
@@ -517,12 +525,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   flash_store(R, o4, m, l, 0, 1, nullptr, out, quant);
 }
 
-// K or V of the cache as [rows][kv_heads][d] BF16, read in boxes of one page of one KV head.
-CUtensorMap kv_page_map(const bf16* base, const KvLayerView& L) {
+// K or V of the cache as [rows][kv_heads][d] BF16 or FP16, read in boxes of one page of one KV head.
+CUtensorMap kv_page_map(const uint16_t* base, const KvLayerView& L) {
   const uint64_t dims[3] = {uint64_t(L.d), uint64_t(L.kv_heads), uint64_t(L.rows)};
   const uint64_t strides[2] = {uint64_t(L.d) * 2, uint64_t(L.kv_heads) * L.d * 2};
   const uint32_t box[3] = {uint32_t(kFaD), 1, uint32_t(kPage)};
-  return tma_map_swizzled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims, strides, box, "flash_prefill");
+  return tma_map_swizzled(L.f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims,
+                          strides, box, "flash_prefill");
 }
 
 }  // namespace
@@ -562,17 +571,21 @@ void flash_prefill(const KvLayerView& L, const float* q, const bf16* sinks, int 
   if (L.fp8() && !L.page_table) fail_plain("flash_prefill: the FP8 KV cache needs page tables");
   if (flash_prefill_on_wgmma(L, heads, window, splits)) {
     static const bool configured = [] {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(kWgSmemBytes)));
+      for (auto* kernel : {flash_prefill_wgmma_kernel<false>, flash_prefill_wgmma_kernel<true>})
+        OSPREY_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmemBytes)));
       return true;
     }();
     (void)configured;
-    flash_prefill_wgmma_kernel<<<grid, kWgThreads, kWgSmemBytes, s>>>(
+    (L.f16 ? flash_prefill_wgmma_kernel<true> : flash_prefill_wgmma_kernel<false>)<<<grid, kWgThreads, kWgSmemBytes, s>>>(
         kv_page_map(L.k, L), kv_page_map(L.v, L), L, q, sinks, slot, p0, out, T, heads, scale * kLog2e,
         fused_quant ? quant : Quantized1x128{});
   } else {
-    (L.fp8() ? flash_prefill_kernel<true> : flash_prefill_kernel<false>)<<<grid, kFaThreads, 0, s>>>(
-        L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e, scratch, fused_quant ? quant : Quantized1x128{});
+    auto* kernel = L.fp8()  ? flash_prefill_kernel<KvFormat::Fp8>
+                   : L.f16 ? flash_prefill_kernel<KvFormat::F16>
+                           : flash_prefill_kernel<KvFormat::Bf16>;
+    kernel<<<grid, kFaThreads, 0, s>>>(L, q, sinks, slot, p0, out, T, heads, window, scale * kLog2e, scratch,
+                                       fused_quant ? quant : Quantized1x128{});
   }
   OSPREY_CUDA_CHECK(cudaGetLastError());
   if (splits > 1) {

@@ -330,7 +330,7 @@ void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf1
                                  const int32_t* pos, int rows, int heads, int window, float scale, int splits,
                                  float* scratch, Quantized1x128 quant, int32_t* merge_count) {
   const int group = heads / L.kv_heads;
-  if (L.fp8()) fail_plain("PersistentDecode::attention: the persistent kernel reads a BF16 KV cache only");
+  if (L.fp8() || L.f16) fail_plain("PersistentDecode::attention: the persistent kernel reads a BF16 KV cache only");
   if (L.d != 64 || heads % L.kv_heads || group > 16 || group * L.d % 128 || !merge_count || !quant.q)
     fail_plain("PersistentDecode::attention: head_dim 64, at most 16 query heads a KV head, whole 128-column blocks");
   const DecodeAttentionArgs a{L, q, sinks, slot, pos, heads, window, scale * kLog2e, splits, scratch, merge_count,

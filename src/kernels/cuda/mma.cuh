@@ -4,6 +4,7 @@
 // at k rows 2c, 2c + 1 (+ 8).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -17,6 +18,24 @@ __device__ inline void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, u
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same with FP16 operands.
+__device__ inline void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                     uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// Either, by the 16-bit type of the operands (kF16: FP16, else BF16): the attention kernels'
+// products over a BF16 or an FP16 KV cache.
+template <bool kF16>
+__device__ inline void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                 uint32_t b1) {
+  if constexpr (kF16) mma_f16_16816(d, a0, a1, a2, a3, b0, b1);
+  else mma_bf16_16816(d, a0, a1, a2, a3, b0, b1);
 }
 
 // d += a (16x32, row-major, e4m3) . b (32x8, column-major, e4m3), fp32 accumulators: the same
@@ -36,7 +55,18 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Four 8x8 BF16 matrices from shared memory (lanes 8i..8i+7 give the 16-byte row addresses of
+// Two floats as an FP16 pair (lo in the low half), rounded to nearest (past +-65,504: infinity).
+__device__ inline uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <bool kF16>
+__device__ inline uint32_t pack_16(float lo, float hi) {
+  if constexpr (kF16) return pack_f16(lo, hi);
+  else return pack_bf16(lo, hi);
+}
+
+// Four 8x8 16-bit matrices from shared memory (lanes 8i..8i+7 give the 16-byte row addresses of
 // matrix i): r[i] is this lane's pair of matrix i, row lane / 4, columns 2 (lane % 4) + {0, 1}.
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], unsigned smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

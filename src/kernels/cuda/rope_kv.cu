@@ -1,4 +1,4 @@
-// Writes of K and V into the paged BF16 or FP8 cache (attention.cuh): plain, or with the YaRN rotation
+// Writes of K and V into the paged BF16, FP16 or FP8 cache (attention.cuh): plain, or with the YaRN rotation
 // of the fused QKV GEMM's output in the same kernel.
 #include <string>
 
@@ -113,9 +113,10 @@ __global__ void __launch_bounds__(1024) qkv_rope_rows_kernel(KvLayerView L, cons
     }
     const size_t row = kv_row(L, slots[t], positions[t]), base = (row * kvh + h) * kRopeD;
     if (!L.fp8()) {
-      bf16* dst = (is_v ? L.v : L.k) + base;
-      *reinterpret_cast<uint2*>(dst + i0) = make_uint2(pack_bf16(o1[0], o1[1]), pack_bf16(o1[2], o1[3]));
-      *reinterpret_cast<uint2*>(dst + i0 + half) = make_uint2(pack_bf16(o2[0], o2[1]), pack_bf16(o2[2], o2[3]));
+      uint16_t* dst = (is_v ? L.v : L.k) + base;
+      *reinterpret_cast<uint2*>(dst + i0) = make_uint2(pack_kv16(o1[0], o1[1], L.f16), pack_kv16(o1[2], o1[3], L.f16));
+      *reinterpret_cast<uint2*>(dst + i0 + half) =
+          make_uint2(pack_kv16(o2[0], o2[1], L.f16), pack_kv16(o2[2], o2[3], L.f16));
       continue;
     }
     float amax = 0.0f;
