@@ -18,8 +18,9 @@
 # call (FIDELITY=1 SKIP_TESTS=1 SANITIZE= SKIP_BENCH=1). KVS with fp8 needs BENCH_ARGS without
 # --attention-lens (which times the 16-bit caches only).
 source "$(dirname "$0")/device_env.sh"
-TEST_FILTER=${TEST_FILTER:-'*Attention*:*Flash*:*KvWrite*:*QkvRope*:*Refuses*:CudaFp8Model.*'} \
-  SANITIZE=${SANITIZE-'CudaFp8.*Fp16*:*QkvRopeToCacheFp16*'} preamble
+export TEST_FILTER=${TEST_FILTER:-'*Attention*:*Flash*:*KvWrite*:*QkvRope*:*Refuses*:CudaFp8Model.*'}
+export SANITIZE=${SANITIZE-'CudaFp8.*Fp16*:*QkvRopeToCacheFp16*'}
+preamble
 if [ -n "${FIDELITY:-}" ]; then
   echo "== osprey-mini: the criterion's paths against the CPU fp32 engine"
   FID_IDS=${FID_IDS:-build/fid/test0.ids} FID_S=${FID_S:-540} mini_fidelity fidelity_kv_fp16_${FID_FIRST:-0}.md 96 \
