@@ -131,6 +131,9 @@ struct OpenAiServer::Impl {
   // counted too, so /metrics sees every request the server holds.
   // A request with n choices holds n.
   std::atomic<int> admitted{0}, connections_waiting{0};
+  // The listening socket (set_socket_options sees it before cpp-httplib binds it), whose accept
+  // queue bind() widens.
+  std::atomic<int> listen_fd{-1};
   struct Ticket {
     Impl& srv;
     int count = 0;
@@ -1069,9 +1072,10 @@ struct OpenAiServer::Impl {
     http.new_task_queue = [this, threads] { return new CountingPool(size_t(threads), connections_waiting); };
     // SO_REUSEADDR alone (cpp-httplib's default adds SO_REUSEPORT, which lets a second server bind
     // the same port and take half the traffic): a port in use fails to bind.
-    http.set_socket_options([](socket_t sock) {
+    http.set_socket_options([this](socket_t sock) {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd = int(sock);  // the last one it tries is the one it binds
     });
     http.set_payload_max_length(cfg.max_body_bytes);
     http.set_read_timeout(cfg.read_timeout_s, 0);
@@ -1137,14 +1141,24 @@ OpenAiServer::OpenAiServer(Engine& engine, const harmony::Tokenizer& tok, Server
 
 OpenAiServer::~OpenAiServer() { stop(); }
 
+// cpp-httplib (Debian's 0.11) listens with a backlog of 5 connections. A burst of clients then
+// overflows the accept queue, and each connection dropped there waits on the client's SYN
+// retransmissions (1, 3, 7, 15 s): 200 concurrent requests to the tiny model took 28 s, and under
+// load a connection can pass a client's connect timeout (undici's is 10 s). Listening again on the
+// bound socket widens the queue to what the kernel allows (net.core.somaxconn).
+static bool widen_accept_queue(int fd) { return fd >= 0 && ::listen(fd, SOMAXCONN) == 0; }
+
 bool OpenAiServer::bind() {
   if (impl_->cfg.port == 0) {
     const int port = impl_->http.bind_to_any_port(impl_->cfg.host);
     if (port <= 0) return false;
     impl_->cfg.port = port;
-    return true;
+  } else if (!impl_->http.bind_to_port(impl_->cfg.host, impl_->cfg.port)) {
+    return false;
   }
-  return impl_->http.bind_to_port(impl_->cfg.host, impl_->cfg.port);
+  if (!widen_accept_queue(impl_->listen_fd))
+    log_info("warning: could not widen the listening socket's accept queue (backlog 5): bursts of connections will wait");
+  return true;
 }
 
 bool OpenAiServer::listen() { return impl_->http.listen_after_bind(); }
