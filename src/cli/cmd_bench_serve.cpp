@@ -17,6 +17,7 @@
 #include <regex>
 #include <thread>
 
+#include "cli/bench_serve_stream.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
@@ -28,6 +29,7 @@ using clk = std::chrono::steady_clock;
 
 struct RequestResult {
   bool ok = false;
+  bool streamed = false;  // a chunk of generated output arrived (ttft is its time)
   double ttft = 0, e2e = 0;
   std::vector<double> itl;
   int tokens = 0;
@@ -80,8 +82,9 @@ RequestResult one_request(httplib::Client& cli, const std::string& model, const 
                           if (!j.is_discarded() && j.contains("usage") && j["usage"].is_object())
                             usage_tokens = j["usage"].value("completion_tokens", -1);
                           if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+                          if (shape.chat && !chat_chunk_has_output(j)) continue;  // the role chunk, the finish chunk
                           auto now = clk::now();
-                          if (r.tokens == 0) r.ttft = std::chrono::duration<double>(now - t0).count();
+                          if (r.tokens == 0) r.ttft = std::chrono::duration<double>(now - t0).count(), r.streamed = true;
                           else r.itl.push_back(std::chrono::duration<double>(now - last).count());
                           last = now;
                           ++r.tokens;
@@ -202,7 +205,7 @@ void add_bench_serve(CLI::App* bench) {
         }
         ++ok;
         out_tokens += r.tokens;
-        ttft.push_back(r.ttft);
+        if (r.streamed) ttft.push_back(r.ttft);  // a chat answer of control tokens alone streams no text
         itl.insert(itl.end(), r.itl.begin(), r.itl.end());
       }
       nlohmann::json run = {{"concurrency", c}, {"requests", n}, {"succeeded", ok}, {"seconds", secs},
@@ -210,6 +213,7 @@ void add_bench_serve(CLI::App* bench) {
                             {"output_tokens_per_s", out_tokens / secs},
                             {"total_tokens_per_s", (out_tokens + double(ok) * args->input_len) / secs},
                             {"requests_per_s", ok / secs},
+                            {"ttft_requests", ttft.size()},
                             {"ttft_p50_ms", percentile(ttft, 50) * 1e3}, {"ttft_p99_ms", percentile(ttft, 99) * 1e3},
                             {"itl_p50_ms", percentile(itl, 50) * 1e3}, {"itl_p99_ms", percentile(itl, 99) * 1e3}};
       if (!first_error.empty()) run["first_error"] = first_error;

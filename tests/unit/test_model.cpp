@@ -13,6 +13,7 @@
 #include "formats/fp8.h"
 #include "formats/mxfp4.h"
 #include "model/gpt_oss_cost.h"
+#include "cli/bench_serve_stream.h"
 #include "cli/weights_arg.h"
 #include <nlohmann/json.hpp>
 
@@ -687,6 +688,21 @@ TEST(LogitsCli, TokensFileWritesEachSequenceAsTokensWould) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("bad.txt line 2"), std::string::npos) << bad.err;
   EXPECT_FALSE(std::filesystem::exists(d / "badout"));
+}
+
+// bench serve's chat TTFT and ITL count the chunks that carry generated output: not the first
+// chunk (the role, content ""), not a finish chunk with an empty delta; content, reasoning or a
+// tool call do count. (Before, the role chunk made every chat TTFT well under a millisecond.)
+TEST(BenchServeCli, ChatChunksCountOnlyWithOutput) {
+  using nlohmann::json;
+  auto chunk = [](json delta) { return json{{"choices", json::array({json{{"index", 0}, {"delta", delta}}})}}; };
+  EXPECT_FALSE(cli::chat_chunk_has_output(chunk({{"role", "assistant"}, {"content", ""}})));
+  EXPECT_FALSE(cli::chat_chunk_has_output(chunk(json::object())));
+  EXPECT_FALSE(cli::chat_chunk_has_output(json{{"choices", json::array()}, {"usage", {{"completion_tokens", 3}}}}));
+  EXPECT_TRUE(cli::chat_chunk_has_output(chunk({{"content", "Paris"}})));
+  EXPECT_TRUE(cli::chat_chunk_has_output(chunk({{"reasoning_content", "The user asks"}})));
+  EXPECT_TRUE(cli::chat_chunk_has_output(chunk({{"tool_calls", json::array({json{{"index", 0}}})}})));
+  EXPECT_FALSE(cli::chat_chunk_has_output(chunk({{"tool_calls", json::array()}})));
 }
 
 // bench's GPU options are refused with the CPU backend (not silently dropped), before any load.
