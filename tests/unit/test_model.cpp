@@ -610,11 +610,7 @@ TEST(KvCacheCli, Fp8IsTheEngineCacheOrItsEmulation) {
   const std::string tokens = " --model " + (d / "m") + " --tokens 5,6,7,8,9,10,11,12";
   ASSERT_EQ(test::run_cli("logits --precision fp8 --kv-cache-dtype fp8" + tokens + " --out " + (d / "a.npy")).exit_code, 0);
   ASSERT_EQ(test::run_cli("logits --precision fp8" + tokens + " --out " + (d / "b.npy")).exit_code, 0);
-  auto slurp = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  const std::string a = slurp(d / "a.npy"), b = slurp(d / "b.npy");
+  const std::string a = test::read_file(d / "a.npy"), b = test::read_file(d / "b.npy");
   ASSERT_EQ(a.size(), b.size());
   EXPECT_GT(a.size(), 1000u);
   EXPECT_NE(a, b);
@@ -655,22 +651,15 @@ TEST(KvCacheCli, Fp16IsTheEngineCacheOrItsEmulation) {
 TEST(LogitsCli, TokensFileWritesEachSequenceAsTokensWould) {
   test::TempDir d;
   ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 3 --quiet --out " + (d / "m")).exit_code, 0);
-  {
-    std::ofstream f(d / "seqs.txt");
-    f << "5,6,7,8\n\n9,10\n5,6,7,8,11,12,13\n";  // a blank line is skipped
-  }
+  test::write_file(d / "seqs.txt", "5,6,7,8\n\n9,10\n5,6,7,8,11,12,13\n");  // a blank line is skipped
   const std::string m = " --model " + (d / "m");
   auto many = test::run_cli("logits --precision fp8" + m + " --tokens-file " + (d / "seqs.txt") + " --out " + (d / "out"));
   ASSERT_EQ(many.exit_code, 0) << many.err;
-  auto slurp = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
   const char* lines[] = {"5,6,7,8", "9,10", "5,6,7,8,11,12,13"};
   for (int i = 0; i < 3; ++i) {
     const std::string one = d / ("one" + std::to_string(i) + ".npy");
     ASSERT_EQ(test::run_cli("logits --precision fp8" + m + " --tokens " + lines[i] + " --out " + one).exit_code, 0);
-    const std::string a = slurp(one), b = slurp(d / ("out/" + std::to_string(i) + ".npy"));
+    const std::string a = test::read_file(one), b = test::read_file(d / ("out/" + std::to_string(i) + ".npy"));
     EXPECT_GT(a.size(), 1000u);
     EXPECT_EQ(a, b) << "line " << i;
   }
@@ -680,10 +669,7 @@ TEST(LogitsCli, TokensFileWritesEachSequenceAsTokensWould) {
   auto none = test::run_cli("logits" + m + " --out " + (d / "x"));
   EXPECT_EQ(none.exit_code, 1);
   EXPECT_NE(none.err.find("--tokens or --tokens-file is required"), std::string::npos) << none.err;
-  {
-    std::ofstream f(d / "bad.txt");
-    f << "1,2\nabc\n";
-  }
+  test::write_file(d / "bad.txt", "1,2\nabc\n");
   auto bad = test::run_cli("logits" + m + " --tokens-file " + (d / "bad.txt") + " --out " + (d / "badout"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("bad.txt line 2"), std::string::npos) << bad.err;

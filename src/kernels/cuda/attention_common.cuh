@@ -83,12 +83,17 @@ __device__ inline uint4 e4m3x8_to_bf16x8_scaled(uint2 w, float pow2e) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-// x as the FP16 cache stores it: round to nearest, clipped at +-65,504 (core/fp16.h's
-// f32_to_f16_satfinite: the same bits, NaN aside), as raw bits.
-__device__ inline uint16_t f16_satfinite_bits(float x) {
-  return __half_as_ushort(__float2half_rn(fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x));
+// x clipped to FP16's finite range, +-65,504 (NaN stays NaN): what the FP16 cache and the FP16
+// tensor-core operands take instead of rounding to infinity.
+__device__ inline float f16_clip(float x) { return fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x; }
+// x as the FP16 cache stores it: round to nearest, clipped (core/fp16.h's f32_to_f16_satfinite:
+// the same bits, NaN aside), as raw bits.
+__device__ inline uint16_t f16_satfinite_bits(float x) { return __half_as_ushort(__float2half_rn(f16_clip(x))); }
+// x as the 16-bit cache stores it (FP16 clipped, or BF16), as raw bits.
+__device__ inline uint16_t kv16_bits(float x, bool f16) {
+  return f16 ? f16_satfinite_bits(x) : __bfloat16_as_ushort(__float2bfloat16(x));
 }
-// Two values as the 16-bit cache stores them (FP16 clipped, or BF16), packed (lo first).
+// Two values as the 16-bit cache stores them, packed (lo first).
 __device__ inline uint32_t pack_kv16(float lo, float hi, bool f16) {
   return f16 ? uint32_t(f16_satfinite_bits(lo)) | (uint32_t(f16_satfinite_bits(hi)) << 16) : pack_bf16(lo, hi);
 }
@@ -111,7 +116,7 @@ __device__ inline void store_kv_row_warp(const KvLayerView& L, bool is_v, size_t
     uint16_t* dst = (is_v ? L.v : L.k) + base;
 #pragma unroll
     for (int i = 0; i < N; ++i)
-      if (idx[i] >= 0) dst[idx[i]] = L.f16 ? f16_satfinite_bits(val[i]) : __bfloat16_as_ushort(__float2bfloat16(val[i]));
+      if (idx[i] >= 0) dst[idx[i]] = kv16_bits(val[i], L.f16);
     return;
   }
   float amax = 0.0f;
@@ -142,8 +147,7 @@ __device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) 
 template <bool kF16>
 __device__ inline void split_16(float a, float b, uint32_t& hi, uint32_t& lo) {
   if constexpr (kF16) {
-    auto clip = [](float x) { return fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x; };  // NaN stays NaN
-    a = clip(a), b = clip(b);
+    a = f16_clip(a), b = f16_clip(b);
     const __half2 h = __floats2half2_rn(a, b);
     const float2 f = __half22float2(h);
     hi = *reinterpret_cast<const uint32_t*>(&h);

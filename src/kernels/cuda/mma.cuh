@@ -10,25 +10,24 @@
 
 namespace osprey::cuda {
 
-// d += a (16x16, row-major, BF16) . b (16x8, column-major, BF16), fp32 accumulators.
+// d += a (16x16, row-major) . b (16x8, column-major), fp32 accumulators, the operands of 16-bit
+// type T (one asm text, the type spliced in).
+#define OSPREY_MMA_16816(T)                                                                        \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
+               "{%0,%1,%2,%3};\n"                                                                 \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+// BF16 operands.
 __device__ inline void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                       uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  OSPREY_MMA_16816("bf16");
 }
-
-// The same with FP16 operands.
+// FP16 operands.
 __device__ inline void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                      uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  OSPREY_MMA_16816("f16");
 }
+#undef OSPREY_MMA_16816
 // Either, by the 16-bit type of the operands (kF16: FP16, else BF16): the attention kernels'
 // products over a BF16 or an FP16 KV cache.
 template <bool kF16>
