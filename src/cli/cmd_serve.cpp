@@ -108,7 +108,7 @@ void add_serve(CLI::App& app) {
                                     .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = ec.kv_blocks,
                                     .max_draft = ec.spec_k, .gpu_memory_utilization = args->gpu_memory_utilization,
                                     .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
-                                    .kv = args->weights.kv_cache_dtype()});
+                                    .kv = args->weights.kv_cache_dtype(w.config)});
       block_bytes = gpu_model->kv_block_bytes();
       runner = std::make_unique<CudaModelRunner>(*gpu_model);
     } else {
