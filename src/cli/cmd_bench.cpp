@@ -115,7 +115,7 @@ void add_bench(CLI::App& app) {
         if (o->count() > 0 && o->get_description().rfind("cuda:", 0) == 0)
           fail("bench: {} applies to --backend cuda", o->get_name());
     if (args->backend == "cuda") {
-      if (!cu->attention_lens.empty() && cu->weights.kv_cache_dtype() == KvDtype::Fp8)
+      if (!cu->attention_lens.empty() && cu->weights.kv_cache == "fp8")
         fail("bench: --attention-lens times the prefill attention over a 16-bit cache (--kv-cache-dtype bf16 or "
              "fp16); the FP8 cache's is timed end to end by --prefill-lens");
       cu->model = args->model;

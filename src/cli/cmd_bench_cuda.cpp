@@ -108,7 +108,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
   GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
-                          .kv_blocks = a.kv_blocks, .max_draft = max_draft, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(), .kv = a.weights.kv_cache_dtype(),
+                          .kv_blocks = a.kv_blocks, .max_draft = max_draft, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(), .kv = a.weights.kv_cache_dtype(w.config),
                           .persistent_decode = a.decode_kernel == "persistent",
                           .persistent_blocks_per_sm = a.persistent_blocks});
   CudaSlots seqs(model);

@@ -52,10 +52,10 @@ void generate_speculative(const Args& a, const GptOssWeights& w, const std::vect
         w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .max_rows = ec.max_batched_tokens, .graphs = true,
                                   .kv_blocks = one_sequence_blocks(ctx),
                                   .max_draft = ec.spec_k, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(),
-                                  .kv = a.weights.kv_cache_dtype()});
+                                  .kv = a.weights.kv_cache_dtype(w.config)});
     runner = std::make_unique<CudaModelRunner>(*gpu);
   } else {
-    cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision), a.weights.kv_cache_dtype());
+    cpu = std::make_unique<GptOssCpuModel>(w, cpu_precision(a.precision), a.weights.kv_cache_dtype(w.config));
     runner = std::make_unique<CpuModelRunner>(*cpu);
     ec.kv_blocks = 2 * ((ctx + ec.kv_block_size - 1) / ec.kv_block_size) + 8;
   }
@@ -150,7 +150,7 @@ void add_generate(CLI::App& app) {
             w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .graphs = true,
                                       .kv_blocks = one_sequence_blocks(ctx),
                                       .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
-                                      .kv = args->weights.kv_cache_dtype()});
+                                      .kv = args->weights.kv_cache_dtype(w.config)});
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };
       } else {
         if (!opt.sampling.greedy()) fail("--backend cuda --precision {} generates greedily; pass --greedy", args->precision);
@@ -168,7 +168,7 @@ void add_generate(CLI::App& app) {
             [&](std::span<const int32_t> t) { return sharded_model->forward(t, /*all_logits=*/false); }, st);
       };
     } else {
-      cpu_model = std::make_unique<GptOssCpuModel>(w, cpu_precision(args->precision), args->weights.kv_cache_dtype());
+      cpu_model = std::make_unique<GptOssCpuModel>(w, cpu_precision(args->precision), args->weights.kv_cache_dtype(w.config));
       run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate(*cpu_model, p, opt, st); };
     }
     GenerateStats total;

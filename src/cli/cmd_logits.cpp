@@ -76,7 +76,7 @@ void add_logits(CLI::App& app) {
       GptOssCudaFp8 model(w, {.slots = 1, .max_context = longest, .max_rows = 2048, .graphs = false,
                               .kv_blocks = 2 * ((longest + GptOssCudaFp8::kBlockPositions - 1) / GptOssCudaFp8::kBlockPositions) + 4,
                               .cublaslt = !args->no_cublaslt, .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
-                              .kv = args->weights.kv_cache_dtype()});
+                              .kv = args->weights.kv_cache_dtype(w.config)});
       CudaSlots slots(model);
       for (size_t i = 0; i < seqs.size(); ++i) {
         write(i, slots.prefill_logits(0, seqs[i], /*all=*/true));
@@ -96,7 +96,7 @@ void add_logits(CLI::App& app) {
         write(i, model.forward(seqs[i], /*all_logits=*/true));
       }
     } else {
-      GptOssCpuModel model(w, cpu_precision(prec), args->weights.kv_cache_dtype());
+      GptOssCpuModel model(w, cpu_precision(prec), args->weights.kv_cache_dtype(w.config));
       for (size_t i = 0; i < seqs.size(); ++i) {
         KvCache cache = model.new_cache();
         write(i, model.forward(seqs[i], cache, /*all_logits=*/true));

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/cuda_runner.h"
+#include "formats/kv_dtype.h"
 #include "model/gpt_oss_cuda_fp8.h"
 #include "harmony/tokenizer.h"
 #include "server/openai_server.h"
@@ -108,7 +109,7 @@ void add_serve(CLI::App& app) {
                                     .max_rows = ec.max_batched_tokens, .graphs = true, .kv_blocks = ec.kv_blocks,
                                     .max_draft = ec.spec_k, .gpu_memory_utilization = args->gpu_memory_utilization,
                                     .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
-                                    .kv = args->weights.kv_cache_dtype()});
+                                    .kv = args->weights.kv_cache_dtype(w.config)});
       block_bytes = gpu_model->kv_block_bytes();
       runner = std::make_unique<CudaModelRunner>(*gpu_model);
     } else {
@@ -122,9 +123,9 @@ void add_serve(CLI::App& app) {
     }
     Engine engine(std::move(runner), ec);
     const long kv_tokens = long(engine.kv_blocks()) * engine.kv_block_size();
-    log_info("KV cache: {} blocks of {} positions ({:.2f} GiB), {} tokens of full-attention KV; prefix caching {}",
-             engine.kv_blocks(), engine.kv_block_size(), engine.kv_blocks() * block_bytes / double(1ull << 30), kv_tokens,
-             ec.prefix_caching ? "on" : "off");
+    log_info("KV cache: {} blocks of {} positions ({:.2f} GiB, {}), {} tokens of full-attention KV; prefix caching {}",
+             engine.kv_blocks(), engine.kv_block_size(), engine.kv_blocks() * block_bytes / double(1ull << 30),
+             gpu_model ? kv_dtype_name(gpu_model->options().kv) : "fp32", kv_tokens, ec.prefix_caching ? "on" : "off");
     if (kv_tokens < ec.max_seq_len)
       log_info("the KV cache holds fewer positions than the context ({}): longer requests get a 400", ec.max_seq_len);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;

@@ -16,15 +16,16 @@ namespace osprey::cli {
 struct WeightsArg {
   std::string value;          // empty: auto
   std::string dense = "fp8";  // --dense
-  std::string kv_cache = "bf16";  // --kv-cache-dtype
+  std::string kv_cache = "auto";  // --kv-cache-dtype
   void add(CLI::App* cmd) {
     cmd->add_option("--kv-cache-dtype", kv_cache,
-                    "cuda: the KV cache's values: bf16 (the default), fp16 (the same bytes, three more mantissa bits, "
-                    "clipped at +-65504; the tensor-core attention then takes Q and P as FP16 too: the fidelity of "
-                    "the fp32-KV reference path; head_dim 64) or fp8 (E4M3 with a power-of-two scale per position "
-                    "and KV head: half the bytes a decode step reads, twice the positions; head_dim 64); with "
-                    "--backend cpu --precision fp8|mxfp4, the emulation of that cache")
-        ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+                    "cuda: the KV cache's values: bf16, fp16 (the same bytes, three more mantissa bits, clipped at "
+                    "+-65504; the tensor-core attention then takes Q and P as FP16 too: the fidelity of the fp32-KV "
+                    "reference path, about 1% slower; head_dim 64), fp8 (E4M3 with a power-of-two scale per position "
+                    "and KV head: half the bytes a decode step reads, twice the positions; head_dim 64) or auto (the "
+                    "default: fp16 with --dense bf16 on head_dim 64, whose BF16-path fidelity it keeps, else bf16); "
+                    "with --backend cpu --precision fp8|mxfp4, the emulation of that cache (auto: bf16)")
+        ->check(CLI::IsMember({"auto", "bf16", "fp16", "fp8"}));
     cmd->add_option("--dense", dense,
                     "cuda: the dense layers (attention, unembedding) on the GPU: fp8 (128x128 blocks, FP8 activations, "
                     "the default: half the bytes) or bf16 (as the checkpoint ships them, BF16 activations: the BF16 "
@@ -42,7 +43,7 @@ struct WeightsArg {
   // CPU, the CUDA bf16 and fp32 reference paths) or a format that is not built, and --precision
   // mxfp4 on the GPU (the engine's path is fp8 there).
   void check(const std::string& backend, const std::string& precision) const {
-    if (kv_cache != "bf16") {
+    if (kv_cache != "bf16" && kv_cache != "auto") {
       const bool gpu_engine = backend == "cuda" && (precision.empty() || precision == "fp8");
       const bool emulation = backend == "cpu" && (precision == "fp8" || precision == "mxfp4");
       if (!gpu_engine && !emulation)
@@ -69,7 +70,12 @@ struct WeightsArg {
       fail("--weights bf16 is not built: BF16 experts take 3.8x the bytes of MXFP4 and hold the same values; use "
            "mxfp4 (exact) or fp8");
   }
-  KvDtype kv_cache_dtype() const {
+  // The cache for this checkpoint. auto: FP16 where the run keeps BF16 activations (--dense bf16),
+  // which measures the BF16 reference path's mean KL with it and twice that with BF16 (docs/FIDELITY.md);
+  // BF16 elsewhere: with FP8 dense layers the cache's rounding is lost in theirs, and FP16 costs about
+  // 1% of the step (docs/PERF.md). The FP16 kernels are the tensor-core ones, head_dim 64.
+  KvDtype kv_cache_dtype(const GptOssConfig& cfg) const {
+    if (kv_cache == "auto") return dense == "bf16" && cfg.head_dim == 64 ? KvDtype::Fp16 : KvDtype::Bf16;
     return kv_cache == "fp8" ? KvDtype::Fp8 : kv_cache == "fp16" ? KvDtype::Fp16 : KvDtype::Bf16;
   }
   GptOssCudaFp8::DenseWeights dense_weights() const {

@@ -266,6 +266,10 @@ struct GptOssCudaFp8::Impl {
     if (kv_f16 && cfg.head_dim != 64)
       fail_plain("--kv-cache-dtype fp16 runs on the tensor-core attention kernels, head_dim 64; this model's is " +
                  std::to_string(cfg.head_dim) + " (use bf16)");
+    if (opt.persistent_decode && (dense_bf16 || !mxfp4))
+      fail_plain("the persistent decode kernel runs MXFP4 experts with FP8 dense layers (--weights mxfp4 --dense fp8); "
+                 "this run's are " + std::string(mxfp4 ? "mxfp4" : "fp8") + " experts with " +
+                 (dense_bf16 ? "bf16" : "fp8") + " dense layers");
     if ((kv_fp8 || kv_f16) && opt.persistent_decode)
       fail_plain(std::string("--kv-cache-dtype ") + kv_dtype_name(opt.kv) +
                  " and --persistent-decode: the persistent decode kernel reads a BF16 KV cache only");

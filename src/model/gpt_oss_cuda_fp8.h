@@ -61,8 +61,9 @@ class GptOssCudaFp8 {
     DenseWeights dense = DenseWeights::Fp8;        // a converted FP8 checkpoint has only Fp8
     KvCache kv = KvCache::Bf16;
     // Decode steps of up to 8 rows (not speculative verify chunks) as one persistent kernel
-    // (kernels/cuda/decode_persistent.cuh) where the model allows it: MXFP4 experts, FP8 dense
-    // layers, head_dim 64, q, k and v fused; else kernel by kernel (persistent_decode(rows) says). Off by default: on the H200 it is still slower
+    // (kernels/cuda/decode_persistent.cuh): MXFP4 experts, FP8 dense layers and a BF16 cache (other
+    // formats are refused at construction); where the model's shapes allow it (head_dim 64, q, k and
+    // v fused), else kernel by kernel (persistent_decode(rows) says). Off by default: on the H200 it is still slower
     // than the kernels one by one (20b at 8k, batch 1: 3.94 against 2.37 ms a step; docs/PERF.md).
     bool persistent_decode = false;
     int persistent_blocks_per_sm = 1;  // the persistent grid: 1 or 2 blocks per SM

@@ -256,6 +256,19 @@ TEST(CudaFp8Model, Fp8KvCacheRefusesWhatItCannotRun) {
                                  .kv = GptOssCudaFp8::KvCache::Fp16, .persistent_decode = true}),
                std::exception);
   EXPECT_THROW(GptOssCpuModel(w, CpuPrecision::Bf16, KvDtype::Fp16), std::exception);
+  // The persistent kernel's phases are the MXFP4-expert, FP8-dense path's: other formats are
+  // refused by name, not run kernel by kernel behind the caller's back.
+  for (auto [experts, dense] : {std::pair{GptOssCudaFp8::ExpertWeights::Mxfp4, GptOssCudaFp8::DenseWeights::Bf16},
+                                std::pair{GptOssCudaFp8::ExpertWeights::Fp8, GptOssCudaFp8::DenseWeights::Fp8}}) {
+    try {
+      GptOssCudaFp8(p, {.slots = 1, .max_context = 128, .graphs = false, .kv_blocks = 8, .experts = experts,
+                        .dense = dense, .persistent_decode = true});
+      ADD_FAILURE() << "the persistent kernel ran a format it has no phases for";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("the persistent decode kernel runs MXFP4 experts"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // BF16 dense layers (--dense bf16) with MXFP4 experts: the arithmetic of the CPU's BF16 emulation

@@ -546,6 +546,34 @@ TEST_F(SmallModel, WeightsAutoTakesTheShippedExperts) {
   EXPECT_EQ(a.experts(w), GptOssCudaFp8::ExpertWeights::Fp8);
 }
 
+// --kv-cache-dtype auto (the default): FP16 where the run keeps BF16 activations (--dense bf16) and
+// the tensor-core kernels take the head size (64), BF16 elsewhere and on the CPU's emulation (whose
+// dense layers are FP8); an explicit choice stands.
+TEST_F(SmallModel, KvCacheAutoIsFp16WithBf16DenseLayers) {
+  GptOssConfig c = GptOssWeights::load(dir_->str()).config;
+  c.head_dim = 64;
+  cli::WeightsArg a;
+  EXPECT_EQ(a.kv_cache, "auto");
+  EXPECT_EQ(a.kv_cache_dtype(c), KvDtype::Bf16);
+  a.dense = "bf16";
+  EXPECT_EQ(a.kv_cache_dtype(c), KvDtype::Fp16);
+  a.kv_cache = "bf16";
+  EXPECT_EQ(a.kv_cache_dtype(c), KvDtype::Bf16);
+  a.kv_cache = "fp8";
+  EXPECT_EQ(a.kv_cache_dtype(c), KvDtype::Fp8);
+  a.kv_cache = "auto";
+  c.head_dim = 32;
+  EXPECT_EQ(a.kv_cache_dtype(c), KvDtype::Bf16);
+  a.dense = "fp8";
+  a.kv_cache = "fp16";
+  EXPECT_EQ(a.kv_cache_dtype(c), KvDtype::Fp16);
+  // auto is not a choice the CPU refuses (the emulation's default); fp16 outside the engine is.
+  a.kv_cache = "auto";
+  EXPECT_NO_THROW(a.check("cpu", ""));
+  a.kv_cache = "fp16";
+  EXPECT_THROW(a.check("cpu", ""), std::exception);
+}
+
 // The CPU emulation of MXFP4 experts follows the GPU path's rule: a forward of at least 128 rows an
 // expert on average (parity-b: 6 experts, top 3, from 256 tokens) runs its experts W4A8; shorter
 // ones keep BF16 inputs. So the 300-token chunk differs with the rule off, the 200-token one does not.
