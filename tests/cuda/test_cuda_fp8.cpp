@@ -474,9 +474,10 @@ struct DeviceKvLayer {
 // kernel scales scores and weights by the rows' powers of two, which equals BF16 codes times 2^e,
 // so the same tolerance holds. Fp16: the FP16 cache (Q and P as hi + lo FP16 pairs), against the
 // CPU attention over the FP16 values it holds, to the same tolerance.
-// v_ramp: value rows scaled by 2^(position / 64 - 5) as well, so that each 64-key tile's largest
-// value exponent exceeds the last's (the FP8 decode's acc rescaled at every tile).
-void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16, bool v_ramp = false) {
+// v_ramp +1 (-1): value rows scaled by 2^(position / 64 - 5) (2^(5 - position / 64)) as well, so
+// that each 64-key tile's largest value exponent is above (below) the last's: the FP8 decode's acc
+// rescaled at every tile, both ways.
+void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16, int v_ramp = 0) {
   const bool fp8 = dtype == KvDtype::Fp8;
   const int lens[2] = {700, 333}, max_pages = 16, ring = 256;
   const double tol = d == 64 ? 5e-5 : 1e-5;
@@ -490,7 +491,7 @@ void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16
         K[s] = fp8 ? rand_rows(n, d, 60 + s, 2.0f, 2) : rand_bf16_exact(n, 60 + s, 2.0f);
         V[s] = fp8 ? rand_rows(n, d, 62 + s, 1.0f, v_ramp ? 2 : 12) : rand_bf16_exact(n, 62 + s, 1.0f);
         if (v_ramp)
-          for (size_t i = 0; i < n; ++i) V[s][i] = std::ldexp(V[s][i], int(i / (size_t(kvh) * d)) / 64 - 5);
+          for (size_t i = 0; i < n; ++i) V[s][i] = std::ldexp(V[s][i], v_ramp * (int(i / (size_t(kvh) * d)) / 64 - 5));
         cache.write(s, K[s], V[s], lens[s]);
         if (fp8) K[s] = fp8_rounded_rows(K[s], d), V[s] = fp8_rounded_rows(V[s], d);
         if (dtype == KvDtype::Fp16) K[s] = f16_rounded(K[s]), V[s] = f16_rounded(V[s]);
@@ -754,7 +755,7 @@ TEST(CudaFp8, KvWriteFp8IsTheRowQuantization) {
 
 TEST(CudaFp8, PagedAttentionFp8MatchesCpu) {
   PagedAttentionCase(64, 8, 64, KvDtype::Fp8);
-  PagedAttentionCase(64, 8, 64, KvDtype::Fp8, /*v_ramp=*/true);
+  for (int v_ramp : {1, -1}) PagedAttentionCase(64, 8, 64, KvDtype::Fp8, v_ramp);
 }
 
 TEST(CudaFp8, FlashPrefillFp8MatchesCpu) {

@@ -29,10 +29,10 @@ __device__ inline float* partial_at(float* scratch, int r, int h, int heads, int
 // at use (one conversion a pair, exact), and the MMAs FP16 with Q and P as hi + lo FP16 pairs, as
 // over the FP16 cache. A lane also loads the row exponents of keys 2 lane and 2 lane + 1 of the
 // tile, and the scores and the weights of the keys it holds are scaled by them: a key's 2^e_k on
-// its score; its value row's 2^e_v on its weight P before P meets V, relative to the largest e_v
-// of the warp's keys so far (e_ref, by which acc is scaled: P 2^(e_v - e_ref) is at most 1, in
-// FP16's normal range wherever BF16 pairs would keep it), the sum l taking P unscaled. Powers of
-// two: the same values as the codes times 2^e would give.
+// its score; its value row's 2^e_v on its weight P before P meets V, relative to the largest valid
+// e_v of the tile (e_ref, in whose units acc is kept and rescaled from tile to tile: P 2^(e_v -
+// e_ref) is at most 1, and in FP16's normal range down to 2^-14 for the tile's largest rows), the
+// sum l taking P unscaled. Powers of two: the same values as the codes times 2^e would give.
 constexpr int kDecKeys = 64;
 static_assert(kDecKeys == kPage, "a decode tile is one page");
 
@@ -206,7 +206,9 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       }
     }
   float m[2], l[2], acc[8][4] = {};
-  int e_ref = kv_fp8::kExpMin;  // kFp8: acc is in units of 2^e_ref (the largest e_v of the warp's valid keys so far)
+  // kFp8: acc is in units of 2^e_ref (the largest valid e_v of the last tile, at least e_max - 64,
+  // e_max the largest of all tiles so far).
+  int e_ref = kv_fp8::kExpMin, e_max = kv_fp8::kExpMin;
   const bool sink_here = sp == 0 && warp == 0;  // the sink enters one state of all
 #pragma unroll
   for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, head_r[i], sink_here && ok_r[i], c == 0);
@@ -257,13 +259,16 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
         if (!valid(j0 + n * 8 + 2 * c + (e & 1))) s[n][e] = -INFINITY;
       }
     online_softmax_tile(s, m, l, acc, 1.0f);
-    if constexpr (kFp8) {  // each weight times 2^(e_v - e_ref), e_ref raised to the tile's largest valid e_v
+    if constexpr (kFp8) {  // each weight times 2^(e_v - e_ref), e_ref the tile's largest valid e_v
       int e_tile = -128;   // this lane's keys 2 lane, 2 lane + 1 of the tile (bytes 2, 3 of ex)
 #pragma unroll
       for (int b = 0; b < 2; ++b)
         if (valid(j0 + 2 * lane + b)) e_tile = max(e_tile, int(int8_t(ex[B] >> (8 * (2 + b)))));
-      e_tile = __reduce_max_sync(0xffffffffu, e_tile);
-      if (e_tile > e_ref) {  // warp-uniform; acc only ever scales down (2^-(e_tile - e_ref), exact or underflowing)
+      // Units at most 2^64 below the largest so far (acc, at most keys x 448 x 2^64 in them, stays
+      // finite); up without bound (exact, or underflowing what the new units dwarf).
+      e_tile = max(__reduce_max_sync(0xffffffffu, e_tile), e_max - 64);
+      e_max = max(e_max, e_tile);
+      if (e_tile != e_ref) {  // warp-uniform
         const int d = e_ref - e_tile;
         const float f = d < -126 ? 0.0f : kv_pow2(d);
 #pragma unroll
