@@ -71,6 +71,15 @@ __device__ inline uint4 e4m3x8_to_bf16x8(uint2 w) {
   return make_uint4(e4m3x2_to_bf16x2(w.x), e4m3x2_to_bf16x2(w.x >> 16), e4m3x2_to_bf16x2(w.y),
                     e4m3x2_to_bf16x2(w.y >> 16));
 }
+// Two E4M3 codes (low byte first) as an FP16 pair, exactly: one conversion instruction.
+__device__ inline uint32_t e4m3x2_to_f16x2(uint32_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+// Eight E4M3 codes as eight FP16 values (same order), exactly.
+__device__ inline uint4 e4m3x8_to_f16x8(uint2 w) {
+  return make_uint4(e4m3x2_to_f16x2(w.x), e4m3x2_to_f16x2(w.x >> 16), e4m3x2_to_f16x2(w.y), e4m3x2_to_f16x2(w.y >> 16));
+}
 // Eight E4M3 codes times 2^e as eight BF16 values, exactly.
 __device__ inline uint4 e4m3x8_to_bf16x8_scaled(uint2 w, float pow2e) {
   const uint32_t c[4] = {w.x, w.x >> 16, w.y, w.y >> 16};
@@ -143,11 +152,12 @@ __device__ inline void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) 
 // The same in FP16 (kF16) or BF16, by the cache's 16-bit type. FP16 pairs carry 11 bits each, ~22
 // together, down to magnitudes near 2^-2 where lo turns subnormal (absolute error at most 2^-25
 // below that); values past +-65,504 are clipped first, as the cache's and pack_q16's are (an
-// infinite hi would make lo -inf and the score NaN).
-template <bool kF16>
+// infinite hi would make lo -inf and the score NaN). kClip false: the caller's values are known
+// to be within [-1, 1] (softmax weights), and the clip is left out.
+template <bool kF16, bool kClip = true>
 __device__ inline void split_16(float a, float b, uint32_t& hi, uint32_t& lo) {
   if constexpr (kF16) {
-    a = f16_clip(a), b = f16_clip(b);
+    if constexpr (kClip) a = f16_clip(a), b = f16_clip(b);
     const __half2 h = __floats2half2_rn(a, b);
     const float2 f = __half22float2(h);
     hi = *reinterpret_cast<const uint32_t*>(&h);

@@ -25,11 +25,14 @@ __device__ inline float* partial_at(float* scratch, int r, int h, int heads, int
 // thread loads 16 contiguous bytes of a key (dims 32j + 8c .. + 7 feed k-steps 2j, 2j + 1) and of
 // a value row (dims 8g .. 8g + 7 are the output columns g of the 8 n-tiles), with Q and the
 // output permuted to match. Splits cover whole tiles; the sink enters split 0 only.
-// kFp8 (the FP8 cache, page tables): the same fragments as 8 E4M3 codes (8 bytes) each, made BF16
-// at use (exact); a lane also loads the row exponents of keys 2 lane and 2 lane + 1 of the tile,
-// and the scores and the weights of the keys it holds are scaled by them (a key's 2^e_k on its
-// score, its value row's 2^e_v on its weight P before P meets V; the sum l takes P unscaled).
-// Powers of two: the same values as BF16 codes times 2^e would give.
+// kFp8 (the FP8 cache, page tables): the same fragments as 8 E4M3 codes (8 bytes) each, made FP16
+// at use (one conversion a pair, exact), and the MMAs FP16 with Q and P as hi + lo FP16 pairs, as
+// over the FP16 cache. A lane also loads the row exponents of keys 2 lane and 2 lane + 1 of the
+// tile, and the scores and the weights of the keys it holds are scaled by them: a key's 2^e_k on
+// its score; its value row's 2^e_v on its weight P before P meets V, relative to the largest valid
+// e_v of the tile (e_ref, in whose units acc is kept and rescaled from tile to tile: P 2^(e_v -
+// e_ref) is at most 1, and in FP16's normal range down to 2^-14 for the tile's largest rows), the
+// sum l taking P unscaled. Powers of two: the same values as the codes times 2^e would give.
 constexpr int kDecKeys = 64;
 static_assert(kDecKeys == kPage, "a decode tile is one page");
 
@@ -83,6 +86,7 @@ struct DecodeAttentionArgs {
 template <bool kEarlyKv, KvFormat kKv = KvFormat::Bf16, class Sync>
 __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBlock blk, const Sync& sync) {
   constexpr bool kFp8 = kKv == KvFormat::Fp8, kF16 = kKv == KvFormat::F16;
+  constexpr bool kMmaF16 = kF16 || kFp8;  // the MMAs' 16-bit type: FP16 over the FP16 and FP8 caches
   const KvLayerView& L = args.L;
   const float* q = args.q;
   const bf16* sinks = args.sinks;
@@ -167,8 +171,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
            (uint32_t(__ldcg(reinterpret_cast<const uint16_t*>(L.v_exp + e0))) << 16);
     }
   };
-  auto to_mma = [](const Frag& f) -> uint4 {  // E4M3 codes made BF16; 16-bit values as they are
-    if constexpr (kFp8) return e4m3x8_to_bf16x8(f);
+  auto to_mma = [](const Frag& f) -> uint4 {  // E4M3 codes made FP16; 16-bit values as they are
+    if constexpr (kFp8) return e4m3x8_to_f16x8(f);
     else return f;
   };
   // kEarlyKv (decode rows: the kernel before wrote only each row's own newest position): a warp's
@@ -197,11 +201,14 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        split_16<kF16>(v[4 * h] * scale_log2, v[4 * h + 1] * scale_log2, qh[2 * j + h][i], ql[2 * j + h][i]);
-        split_16<kF16>(v[4 * h + 2] * scale_log2, v[4 * h + 3] * scale_log2, qh[2 * j + h][2 + i], ql[2 * j + h][2 + i]);
+        split_16<kMmaF16>(v[4 * h] * scale_log2, v[4 * h + 1] * scale_log2, qh[2 * j + h][i], ql[2 * j + h][i]);
+        split_16<kMmaF16>(v[4 * h + 2] * scale_log2, v[4 * h + 3] * scale_log2, qh[2 * j + h][2 + i], ql[2 * j + h][2 + i]);
       }
     }
   float m[2], l[2], acc[8][4] = {};
+  // kFp8: acc is in units of 2^e_ref (the largest valid e_v of the last tile, at least e_max - 64,
+  // e_max the largest of all tiles so far).
+  int e_ref = kv_fp8::kExpMin, e_max = kv_fp8::kExpMin;
   const bool sink_here = sp == 0 && warp == 0;  // the sink enters one state of all
 #pragma unroll
   for (int i = 0; i < 2; ++i) seed_softmax_with_sink(m[i], l[i], sinks, head_r[i], sink_here && ok_r[i], c == 0);
@@ -223,8 +230,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
           for (int h = 0; h < 2; ++h) {
             const int ks = 2 * j + h;
             const uint32_t b0 = h ? w.z : w.x, b1 = h ? w.w : w.y;
-            mma_16816<kF16>(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
-            mma_16816<kF16>(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+            mma_16816<kMmaF16>(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+            mma_16816<kMmaF16>(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
           }
         }
       } else {
@@ -232,8 +239,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
         for (int ks = 0; ks < 4; ++ks) {
           const uint4& w = kf[B][n][ks >> 1];
           const uint32_t b0 = (ks & 1) ? w.z : w.x, b1 = (ks & 1) ? w.w : w.y;
-          mma_16816<kF16>(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
-          mma_16816<kF16>(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
+          mma_16816<kMmaF16>(s[n], qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3], b0, b1);
+          mma_16816<kMmaF16>(s[n], ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3], b0, b1);
         }
       }
     }
@@ -252,20 +259,38 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
         if (!valid(j0 + n * 8 + 2 * c + (e & 1))) s[n][e] = -INFINITY;
       }
     online_softmax_tile(s, m, l, acc, 1.0f);
-    if constexpr (kFp8) {  // each weight times its value row's 2^e_v
+    if constexpr (kFp8) {  // each weight times 2^(e_v - e_ref), e_ref the tile's largest valid e_v
+      int e_tile = -128;   // this lane's keys 2 lane, 2 lane + 1 of the tile (bytes 2, 3 of ex)
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (valid(j0 + 2 * lane + b)) e_tile = max(e_tile, int(int8_t(ex[B] >> (8 * (2 + b)))));
+      // Units at most 2^64 below the largest so far (acc, at most keys x 448 x 2^64 in them, stays
+      // finite); up without bound (exact, or underflowing what the new units dwarf).
+      e_tile = max(__reduce_max_sync(0xffffffffu, e_tile), e_max - 64);
+      e_max = max(e_max, e_tile);
+      if (e_tile != e_ref) {  // warp-uniform
+        const int d = e_ref - e_tile;
+        const float f = d < -126 ? 0.0f : kv_pow2(d);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[n][e] *= f;
+        e_ref = e_tile;
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] *= kv_pow2(exp_of(n, e, true));
+        for (int e = 0; e < 4; ++e) s[n][e] *= kv_pow2(min(0, max(-126, exp_of(n, e, true) - e_ref)));
     }
-    // O += P V: P's A fragments straight from S (keys 16kk + 2c (+1) and + 8), hi + lo.
+    // O += P V: P's A fragments straight from S (keys 16kk + 2c (+1) and + 8), hi + lo; P <= 1
+    // (exp2(s - m), times 2^(e_v - e_ref) <= 1 over the FP8 cache), so FP16 pairs need no clip.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t ph[4], pl[4];
-      split_16<kF16>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      split_16<kF16>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      split_16<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      split_16<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      split_16<kMmaF16, false>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      split_16<kMmaF16, false>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      split_16<kMmaF16, false>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      split_16<kMmaF16, false>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
       const uint4 w0 = to_mma(vf[B][kk][0]), w1 = to_mma(vf[B][kk][1]), w2 = to_mma(vf[B][kk][2]),
                   w3 = to_mma(vf[B][kk][3]);
       const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&w0);
@@ -276,8 +301,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       for (int nt = 0; nt < 8; ++nt) {  // output column g of n-tile nt = dim 8g + nt
         const uint32_t sel = (nt & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = __byte_perm(v0[nt >> 1], v1[nt >> 1], sel), b1 = __byte_perm(v2[nt >> 1], v3[nt >> 1], sel);
-        mma_16816<kF16>(acc[nt], ph[0], ph[1], ph[2], ph[3], b0, b1);
-        mma_16816<kF16>(acc[nt], pl[0], pl[1], pl[2], pl[3], b0, b1);
+        mma_16816<kMmaF16>(acc[nt], ph[0], ph[1], ph[2], ph[3], b0, b1);
+        mma_16816<kMmaF16>(acc[nt], pl[0], pl[1], pl[2], pl[3], b0, b1);
       }
     }
   };
@@ -290,6 +315,13 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     if constexpr (kBuf == 2) {
       if (t + W < tb) tile.template operator()<1>(t + W);
     }
+  }
+  if constexpr (kFp8) {  // acc back to plain units before the merges (|e_ref| <= 100)
+    const float f = kv_pow2(e_ref);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] *= f;
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
