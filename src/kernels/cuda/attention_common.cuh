@@ -56,9 +56,15 @@ __device__ inline int kv_row_exponent(float amax) {
   const int e = int(b >> 23) - 135 + ((b & 0x7fffffu) > 0x600000u ? 1 : 0);
   return min(max(e, lo), hi);
 }
-// Two E4M3 codes (low byte first) as floats, exactly (every E4M3 value is an fp16 value).
-__device__ inline float2 e4m3x2_to_float2(uint32_t codes) {
+// Two E4M3 codes (low byte first) as an FP16 pair, exactly (every E4M3 value is an FP16 value):
+// one conversion instruction.
+__device__ inline uint32_t e4m3x2_to_f16x2(uint32_t codes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+// The same as floats.
+__device__ inline float2 e4m3x2_to_float2(uint32_t codes) {
+  const uint32_t h = e4m3x2_to_f16x2(codes);
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 // Two E4M3 codes as a BF16 pair, exactly.
@@ -70,11 +76,6 @@ __device__ inline uint32_t e4m3x2_to_bf16x2(uint32_t codes) {
 __device__ inline uint4 e4m3x8_to_bf16x8(uint2 w) {
   return make_uint4(e4m3x2_to_bf16x2(w.x), e4m3x2_to_bf16x2(w.x >> 16), e4m3x2_to_bf16x2(w.y),
                     e4m3x2_to_bf16x2(w.y >> 16));
-}
-// Two E4M3 codes (low byte first) as an FP16 pair, exactly: one conversion instruction.
-__device__ inline uint32_t e4m3x2_to_f16x2(uint32_t codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xffffu), __NV_E4M3);
-  return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 // Eight E4M3 codes as eight FP16 values (same order), exactly.
 __device__ inline uint4 e4m3x8_to_f16x8(uint2 w) {

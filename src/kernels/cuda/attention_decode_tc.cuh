@@ -250,7 +250,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 #pragma unroll
       for (int n = 0; n < 8; ++n) exn[n] = __shfl_sync(0xffffffffu, ex[B], 4 * n + c);
     }
-    auto exp_of = [&](int n, int e, bool is_v) { return int(int8_t(exn[n] >> (8 * ((e & 1) + (is_v ? 2 : 0))))); };
+    auto byte_exp = [](uint32_t word, int i) { return int(int8_t(word >> (8 * i))); };  // byte i, signed
+    auto exp_of = [&](int n, int e, bool is_v) { return byte_exp(exn[n], (e & 1) + (is_v ? 2 : 0)); };
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -263,18 +264,15 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       int e_tile = -128;   // this lane's keys 2 lane, 2 lane + 1 of the tile (bytes 2, 3 of ex)
 #pragma unroll
       for (int b = 0; b < 2; ++b)
-        if (valid(j0 + 2 * lane + b)) e_tile = max(e_tile, int(int8_t(ex[B] >> (8 * (2 + b)))));
+        if (valid(j0 + 2 * lane + b)) e_tile = max(e_tile, byte_exp(ex[B], 2 + b));
       // Units at most 2^64 below the largest so far (acc, at most keys x 448 x 2^64 in them, stays
       // finite); up without bound (exact, or underflowing what the new units dwarf).
       e_tile = max(__reduce_max_sync(0xffffffffu, e_tile), e_max - 64);
       e_max = max(e_max, e_tile);
       if (e_tile != e_ref) {  // warp-uniform
         const int d = e_ref - e_tile;
-        const float f = d < -126 ? 0.0f : kv_pow2(d);
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[n][e] *= f;
+        const float f = d < -126 ? 0.0f : kv_pow2(d), both[2] = {f, f};
+        rescale_rows(acc, both);
         e_ref = e_tile;
       }
 #pragma unroll
@@ -317,11 +315,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     }
   }
   if constexpr (kFp8) {  // acc back to plain units before the merges (|e_ref| <= 100)
-    const float f = kv_pow2(e_ref);
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] *= f;
+    const float f = kv_pow2(e_ref), both[2] = {f, f};
+    rescale_rows(acc, both);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
