@@ -617,8 +617,9 @@ TEST(CudaFp8Model, PersistentDecodeTimeline) {
   const GptOssCudaFp8::Timeline& t = m.decode_timeline();
   const size_t P = t.phases.size(), G = size_t(t.grid);
   ASSERT_GT(G, 0u);
-  // embed+norm, 9 phases a layer (2 layers), unembedding, argmax (2)
-  ASSERT_EQ(P, size_t(1 + 9 * w.config.num_layers + 3));
+  // embed+norm, 8 phases a layer (qkv, rope, attention, o, route, experts up with the SwiGLU in its
+  // epilogue, experts down, combine+norm), unembedding, argmax (2)
+  ASSERT_EQ(P, size_t(1 + 8 * w.config.num_layers + 3));
   ASSERT_EQ(t.stamps.size(), P * G * 4);
   EXPECT_EQ(t.phases[1], "layer 0 qkv");
   EXPECT_EQ(t.phases.back(), "argmax final");

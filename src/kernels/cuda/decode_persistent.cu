@@ -33,7 +33,6 @@ enum class PhaseKind : int32_t {
   Attention,
   Route,
   Mxfp4Gemm,
-  Swiglu,
   CombineNorm,
   ArgmaxPartial,
   ArgmaxFinal,
@@ -82,13 +81,7 @@ struct Mxfp4Args {
   ExpertRows rows;
   float* y;
   int ks;
-};
-struct SwigluArgs {
-  const float* t;
-  const int32_t* rows_end;
-  int rows_max, I;
-  float alpha, limit;
-  bf16* a;
+  SwigluOut sw;  // sw.a: the clamped SwiGLU as the epilogue (y unwritten)
 };
 struct CombineArgs {
   float* x;
@@ -207,12 +200,8 @@ __global__ void __launch_bounds__(kThreads, MINB)
         }
         case PhaseKind::Mxfp4Gemm: {
           const auto& a = ph.as<Mxfp4Args>();
-          mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
-          break;
-        }
-        case PhaseKind::Swiglu: {
-          const auto& a = ph.as<SwigluArgs>();
-          swiglu_bf16_body(a.t, a.rows_end, a.rows_max, a.I, a.alpha, a.limit, a.a, nullptr, nullptr, 0, b, sync);
+          mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync,
+                                                                       /*pass_rows=*/8, a.sw);
           break;
         }
         case PhaseKind::CombineNorm: {
@@ -349,20 +338,15 @@ void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int
                                     w, sorted}), "route");
 }
 
-void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y) {
+void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows,
+                                  float* y, const SwigluOut& swiglu) {
   if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
+  if (swiglu.a && W.N % 2) fail_plain("PersistentDecode::mxfp4_gemm: the SwiGLU epilogue needs an even N");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
   add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, ks, 1, persistent_ring(blocks_per_sm_))),
-                          Mxfp4Args{W, x, rows, y, ks}), name);
-}
-
-void PersistentDecode::swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha,
-                                   float limit, bf16* a) {
-  const size_t n = size_t(rows_max) * mxfp4_act_cols(I) / 2;
-  add(PersistentPhase::of(PhaseKind::Swiglu, int((n + kThreads - 1) / kThreads), 1, 1, 0,
-                          SwigluArgs{t, rows_end, rows_max, I, alpha, limit, a}), "swiglu");
+                          Mxfp4Args{W, x, rows, y, ks, swiglu}), name);
 }
 
 void PersistentDecode::combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w,
