@@ -156,8 +156,8 @@ struct TimedPhaseSync {
 // Each phase kind's body as a function of its own (not inlined): the register allocator then
 // fits each body alone into the kernel's budget instead of all of them at once. Inlined into one
 // switch, the bodies that fit alone spilled together (ptxas, sm_90a: 372 bytes of spill loads at
-// one block an SM and 1,164 at two, against none and 96 here; docs/PERF.md). A call a virtual
-// block costs next to nothing.
+// one block an SM and 1,164 at two; so, none at one, and at two 56 in the kernel and at most 112 in
+// a phase; docs/PERF.md). A call a virtual block costs next to nothing.
 #define OSPREY_PHASE(name) \
   template <int MINB>      \
   __device__ __noinline__ void name(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync)
