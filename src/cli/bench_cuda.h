@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cli/decode_kernel_arg.h"
 #include "cli/weights_arg.h"
 
 namespace osprey::cli {
@@ -27,8 +28,7 @@ struct BenchCudaArgs {
   std::string moe_batches;
   // Decode steps of up to 8 rows: "per-op" (the model's default) or "persistent" (one kernel a
   // step); the persistent grid's blocks per SM; a file for one step's per-SM timeline (empty: none).
-  std::string decode_kernel = "per-op";
-  int persistent_blocks = 1;
+  DecodeKernelArg decode_kernel;
   std::string timeline;
   // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);
   // temperature 0 (the default) takes the argmax.

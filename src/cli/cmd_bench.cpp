@@ -95,12 +95,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--moe-batches", cu->moe_batches,
                   "cuda: decode batch sizes at which to time the MoE's two expert GEMMs of one layer alone (MXFP4 and "
                   "FP8 experts, random top-k routing), against the copy bandwidth");
-  cmd->add_option("--decode-kernel", cu->decode_kernel,
-                  "cuda: decode steps of up to 8 rows kernel by kernel (per-op, the default) or as one persistent "
-                  "kernel (where the model allows it: MXFP4 experts, head_dim 64)")
-      ->check(CLI::IsMember({"persistent", "per-op"}));
-  cmd->add_option("--persistent-blocks", cu->persistent_blocks, "cuda: the persistent kernel's blocks per SM")
-      ->check(CLI::Range(1, 2));
+  cu->decode_kernel.add(cmd);
   cmd->add_option("--timeline", cu->timeline,
                   "cuda: with --decode-kernel persistent, write its per-SM timeline of one step of the first decode "
                   "point here (JSON; bench/timeline_png.py draws it)");
@@ -108,6 +103,7 @@ void add_bench(CLI::App& app) {
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;
     cu->weights.check(args->backend, "");
+    cu->decode_kernel.check(args->backend, "");
     if (args->model.empty()) fail("bench: --model is required (or use `bench serve` or `bench grammar`)");
     // The GPU bench's options (their help begins "cuda:") have no meaning on the CPU: refused.
     if (args->backend != "cuda")

@@ -81,8 +81,8 @@ nlohmann::json bench_moe_gemms(const BenchCudaArgs& a, const std::vector<int32_t
 }  // namespace
 
 void run_bench_cuda(const BenchCudaArgs& a) {
-  if (a.decode_kernel != "persistent" && (!a.timeline.empty() || a.persistent_blocks != 1))
-    fail("bench: --timeline and --persistent-blocks apply to the persistent decode kernel (--decode-kernel persistent)");
+  if (!a.decode_kernel.persistent() && !a.timeline.empty())
+    fail("bench: --timeline applies to the persistent decode kernel (--decode-kernel persistent)");
   auto positive = [](const std::string& s, const char* option) {
     return parse_int_list(s, option, "a positive integer", /*positive=*/true);
   };
@@ -107,10 +107,11 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   const nlohmann::json moe = a.moe_batches.empty() ? nlohmann::json() : bench_moe_gemms(a, positive(a.moe_batches, "--moe-batches"), bw);
   auto t0 = clock_type::now();
   GptOssWeights w = GptOssWeights::load(a.model);
-  GptOssCudaFp8 model(w, {.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
-                          .kv_blocks = a.kv_blocks, .max_draft = max_draft, .experts = a.weights.experts(w), .dense = a.weights.dense_weights(), .kv = a.weights.kv_cache_dtype(w.config),
-                          .persistent_decode = a.decode_kernel == "persistent",
-                          .persistent_blocks_per_sm = a.persistent_blocks});
+  GptOssCudaFp8::Options mo{.slots = max_batch, .max_context = max_ctx, .max_rows = a.prefill_chunk, .graphs = a.graphs,
+                            .kv_blocks = a.kv_blocks, .max_draft = max_draft, .experts = a.weights.experts(w),
+                            .dense = a.weights.dense_weights(), .kv = a.weights.kv_cache_dtype(w.config)};
+  a.decode_kernel.apply(mo);
+  GptOssCudaFp8 model(w, mo);
   CudaSlots seqs(model);
   const double load_s = seconds_since(t0);
   const GptOssConfig& c = w.config;
@@ -140,8 +141,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"fp8_tflops_ceiling", a.fp8_tflops},
                         {"usd_per_gpu_hour", a.usd_per_gpu_hour},
                         {"cuda_graphs", a.graphs},
-                        {"decode_kernel", a.decode_kernel},
-                        {"persistent_blocks_per_sm", a.persistent_blocks},
+                        {"decode_kernel", a.decode_kernel.kernel},
+                        {"persistent_blocks_per_sm", a.decode_kernel.blocks},
                         {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   if (!moe.is_null()) out["moe_gemms"] = moe;
   fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
@@ -166,10 +167,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   fmt::print("\ndecode steps select tokens on the GPU: {}\n",
              a.temperature > 0.0f ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
                                   : std::string("argmax"));
-  if (a.decode_kernel == "persistent" &&
-      std::none_of(batches.begin(), batches.end(), [&](int b) { return model.persistent_decode(b); }))
-    fail("bench: --decode-kernel persistent: no decode batch runs as the persistent kernel (it takes batches of up to "
-         "8 rows, MXFP4 experts, FP8 dense layers, head_dim 64, and q, k and v in multiples of 128 rows)");
+  a.decode_kernel.require(model, batches, "bench");
   bool timeline_written = false;
   fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "cli/commands.h"
+#include "cli/decode_kernel_arg.h"
 #include "cli/parallel_arg.h"
 #include "cli/speculative_arg.h"
 #include "cli/weights_arg.h"
@@ -31,6 +32,7 @@ struct Args {
   SamplingParams sampling;
   SpeculativeArg spec;
   WeightsArg weights;
+  DecodeKernelArg decode_kernel;
   ParallelArg parallel;  // --tp/--ep: the CPU's sharded layout; 1, 1: the ordinary model
 };
 
@@ -111,11 +113,17 @@ void add_generate(CLI::App& app) {
   args->parallel.add(cmd);
   args->spec.add(cmd);
   args->weights.add(cmd);
+  args->decode_kernel.add(cmd);
   cmd->callback([args] {
     args->weights.check(args->backend, args->precision);
+    args->decode_kernel.check(args->backend, args->precision);
     args->parallel.check(args->backend, args->precision);
     const bool sharded = args->parallel.sharded();
     if (sharded && args->spec.on()) fail("--tp/--ep: --speculative runs on the serving engine, which is not sharded");
+    if (args->decode_kernel.persistent() && args->spec.on())
+      fail("--decode-kernel persistent with --speculative: the verify steps run kernel by kernel, and the persistent "
+           "kernel's sums (its own K-splits) would not give them the plain steps' logits, which speculation's "
+           "unchanged outputs rest on");
     if (args->tokens.empty() == args->prompts.empty()) fail("generate: give --tokens IDS or --prompts FILE");
     std::vector<std::vector<int32_t>> prompts;
     if (!args->tokens.empty()) {
@@ -146,11 +154,12 @@ void add_generate(CLI::App& app) {
     std::function<std::vector<int32_t>(const std::vector<int32_t>&, GenerateStats*)> run;
     if (args->backend == "cuda") {
       if (args->precision.empty() || args->precision == "fp8") {
-        fp8_model = std::make_unique<GptOssCudaFp8>(
-            w, GptOssCudaFp8::Options{.slots = 1, .max_context = ctx, .graphs = true,
-                                      .kv_blocks = one_sequence_blocks(ctx),
-                                      .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
-                                      .kv = args->weights.kv_cache_dtype(w.config)});
+        GptOssCudaFp8::Options mo{.slots = 1, .max_context = ctx, .graphs = true, .kv_blocks = one_sequence_blocks(ctx),
+                                  .experts = args->weights.experts(w), .dense = args->weights.dense_weights(),
+                                  .kv = args->weights.kv_cache_dtype(w.config)};
+        args->decode_kernel.apply(mo);
+        fp8_model = std::make_unique<GptOssCudaFp8>(w, mo);
+        args->decode_kernel.require(*fp8_model, {1}, "generate");
         run = [&](const std::vector<int32_t>& p, GenerateStats* st) { return generate_cuda(*fp8_model, p, opt, st); };
       } else {
         if (!opt.sampling.greedy()) fail("--backend cuda --precision {} generates greedily; pass --greedy", args->precision);

@@ -919,10 +919,8 @@ struct GptOssCudaFp8::Impl {
     if (slot) return *slot;
     auto plan = std::make_unique<cuda::PersistentDecode>(opt.persistent_blocks_per_sm);
     cuda::PersistentDecode& P = *plan;
-    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, E = cfg.num_experts;
+    const int H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), E = cfg.num_experts;
     const int Kx = cfg.experts_per_token, ld = fp8::round4(b);
-    // The sorted rows there can be: b Kx choices, each active expert's run padded to 4.
-    const int live_rows_max = std::min(cuda::moe_rows_max(b, Kx, E), b * Kx + 3 * std::min(E, b * Kx));
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
     const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
     // KV splits of the full layers: about one (row, KV head, split) block per persistent block.
@@ -945,8 +943,7 @@ struct GptOssCudaFp8::Impl {
                   L.router_bias.ptr, E, Kx, rlogits.ptr, d_route_count.ptr, d_idx.ptr, rw.ptr,
                   {d_seg.ptr, d_row_token.ptr, d_pair_row.ptr, d_active.ptr});
       const cuda::ExpertRows rows = expert_rows(b);
-      P.mxfp4_gemm("experts up", L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr);
-      P.swiglu_bf16(t1.ptr, d_seg.ptr + E, live_rows_max, I, alpha, limit, ab.ptr);
+      P.mxfp4_gemm("experts up+swiglu", L.mx1.view(L.b1.ptr), xb.ptr, rows, t1.ptr, {ab.ptr, alpha, limit});
       P.mxfp4_gemm("experts down", L.mx2.view(L.b2.ptr), ab.ptr, second_rows(rows), y.ptr);
       const cuda::bf16* next_norm = l + 1 < cfg.num_layers ? layers[l + 1].attn_norm.ptr : final_norm.ptr;
       P.combine_norm(x.ptr, y.ptr, d_pair_row.ptr, rw.ptr, d_idx.ptr, b, Kx, H, next_norm, eps, act_h.q.ptr,

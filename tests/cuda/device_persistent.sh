@@ -14,11 +14,12 @@ fi
 P=${PRESET:-20b}; D=$M/$P; [ "$P" = 120b ] && D=/dev/shm/120b
 [ -d $D ] || $B synth --preset $P --seed 1 --out $D --quiet
 # KERNELS entries: persistent, persistent2, per-op, or NAME=PATH:KERNEL (another build's osprey,
-# carried, with that decode kernel).
+# carried, with that decode kernel, persistent2 included).
 for k in ${KERNELS:-persistent per-op}; do
   bin=$B extra=""
   case $k in
-    *=*) bin=${k#*=}; bin=${bin%%:*}; extra="--decode-kernel ${k##*:}" ;;
+    *=*) bin=${k#*=}; bin=${bin%%:*}; extra="--decode-kernel ${k##*:}"
+         [ "${k##*:}" = persistent2 ] && extra="--decode-kernel persistent --persistent-blocks 2" ;;
     persistent2) extra="--decode-kernel persistent --persistent-blocks 2" ;;
     *) extra="--decode-kernel $k" ;;
   esac

@@ -21,6 +21,7 @@
 #include "kernels/cuda/gemm_fp8.cuh"
 #include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/decode_persistent.cuh"
 
 namespace osprey {
 namespace {
@@ -556,6 +557,27 @@ void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16
           ASSERT_EQ(out3.get(), got) << "window " << window << " splits " << splits;
           ASSERT_EQ(q3.get(), q2.get());
           auto c = s3.get();
+          for (int kb = 0; kb < fp8::blocks(Q); ++kb)
+            for (int r = 0; r < R; ++r) ASSERT_EQ(c[size_t(kb) * ld + r], b[size_t(kb) * ld + r]);
+          auto n = count.get();
+          ASSERT_TRUE(std::all_of(n.begin(), n.end(), [](int32_t v) { return v == 0; }));
+        }
+        // The persistent decode kernel's attention phase alone (BF16 cache): the same codes and
+        // scales, at one block an SM (the body as above) and at two (its tiles staged through
+        // shared memory: one split of 11 tiles gives three warps two tiles each).
+        for (int blocks_per_sm : {1, 2}) {
+          if (dtype != KvDtype::Bf16) break;
+          cuda::PersistentDecode P(blocks_per_sm);
+          Dev<uint8_t> q4(q1.n);
+          Dev<float> s4(s1.n);
+          P.attention(cache.view, dq.p, as_dev_bf16(ds), dslot.p, dpos.p, R, heads, window, 0.125f, splits, scratch.p,
+                      {q4.p, s4.p, ld}, count.p);
+          P.finish();
+          P.launch(nullptr);
+          OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
+          ASSERT_EQ(q4.get(), q2.get()) << "persistent, " << blocks_per_sm << " blocks an SM, window " << window
+                                        << " splits " << splits;
+          auto c = s4.get();
           for (int kb = 0; kb < fp8::blocks(Q); ++kb)
             for (int r = 0; r < R; ++r) ASSERT_EQ(c[size_t(kb) * ld + r], b[size_t(kb) * ld + r]);
           auto n = count.get();

@@ -558,7 +558,8 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
 // against the same model kernel by kernel: the same bodies and roundings, only the dense GEMMs' K-splits and the
 // norms' thread count (the order of fp32 sums) differ, so the logits agree to ~1e-6 and greedy
 // decoding gives the same tokens, at batch 1, 3 (a bucket of 4 with padding rows) and 8, with the
-// window layers' ring wrapping (prompts past 128 positions).
+// window layers' ring wrapping (prompts past 128 positions). At one block an SM and at two (where the
+// attention stages its tiles through shared memory).
 TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
   test::TempDir dir;
   GptOssWeights w = persistent_weights(dir, 21);
@@ -566,34 +567,40 @@ TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
                                  .cublaslt = false, .persistent_decode = true};
   GptOssCudaFp8::Options op = o;
   op.persistent_decode = false;
-  GptOssCudaFp8 mp(w, o), mk(w, op);
-  ASSERT_TRUE(mp.persistent_decode(1) && mp.persistent_decode(8) && !mp.persistent_decode(9));
+  GptOssCudaFp8 mk(w, op);
   ASSERT_FALSE(mk.persistent_decode(1));
   const int V = w.config.vocab;
-  std::mt19937 rng(9);
-  for (int B : {1, 3, 8}) {
-    CudaSlots a(mp), b(mk);
-    std::vector<int32_t> slots(B), toks(B);
-    for (int i = 0; i < B; ++i) {
-      slots[i] = i;
-      std::vector<int32_t> prompt(40 + 37 * i);
-      for (auto& t : prompt) t = int32_t(rng() % 200000);
-      a.prefill_logits(i, prompt, false);
-      b.prefill_logits(i, prompt, false);
-      toks[i] = int32_t(rng() % 200000);
-    }
-    std::vector<std::vector<float>> la = a.decode_logits(slots, toks), lb = b.decode_logits(slots, toks);
-    for (int i = 0; i < B; ++i) {
-      EXPECT_LT(rel_diff(la[i].data(), lb[i].data(), size_t(V)), 2e-6) << "B " << B << " row " << i;
-      EXPECT_EQ(std::max_element(la[i].begin(), la[i].end()) - la[i].begin(),
-                std::max_element(lb[i].begin(), lb[i].end()) - lb[i].begin());
-    }
-    std::vector<GptOssCudaFp8::RowSampling> greedy(B);
-    std::vector<int32_t> ta = toks, tb = toks;
-    for (int step = 0; step < 24; ++step) {
-      ta = a.decode_select(slots, ta, greedy);
-      tb = b.decode_select(slots, tb, greedy);
-      ASSERT_EQ(ta, tb) << "B " << B << " step " << step;
+  for (int blocks_per_sm : {1, 2}) {
+    SCOPED_TRACE("blocks per SM " + std::to_string(blocks_per_sm));
+    GptOssCudaFp8::Options ob = o;
+    ob.persistent_blocks_per_sm = blocks_per_sm;
+    GptOssCudaFp8 mp(w, ob);
+    ASSERT_TRUE(mp.persistent_decode(1) && mp.persistent_decode(8) && !mp.persistent_decode(9));
+    std::mt19937 rng(9);
+    for (int B : {1, 3, 8}) {
+      CudaSlots a(mp), b(mk);
+      std::vector<int32_t> slots(B), toks(B);
+      for (int i = 0; i < B; ++i) {
+        slots[i] = i;
+        std::vector<int32_t> prompt(40 + 37 * i);
+        for (auto& t : prompt) t = int32_t(rng() % 200000);
+        a.prefill_logits(i, prompt, false);
+        b.prefill_logits(i, prompt, false);
+        toks[i] = int32_t(rng() % 200000);
+      }
+      std::vector<std::vector<float>> la = a.decode_logits(slots, toks), lb = b.decode_logits(slots, toks);
+      for (int i = 0; i < B; ++i) {
+        EXPECT_LT(rel_diff(la[i].data(), lb[i].data(), size_t(V)), 2e-6) << "B " << B << " row " << i;
+        EXPECT_EQ(std::max_element(la[i].begin(), la[i].end()) - la[i].begin(),
+                  std::max_element(lb[i].begin(), lb[i].end()) - lb[i].begin());
+      }
+      std::vector<GptOssCudaFp8::RowSampling> greedy(B);
+      std::vector<int32_t> ta = toks, tb = toks;
+      for (int step = 0; step < 24; ++step) {
+        ta = a.decode_select(slots, ta, greedy);
+        tb = b.decode_select(slots, tb, greedy);
+        ASSERT_EQ(ta, tb) << "B " << B << " step " << step;
+      }
     }
   }
 }
@@ -617,8 +624,9 @@ TEST(CudaFp8Model, PersistentDecodeTimeline) {
   const GptOssCudaFp8::Timeline& t = m.decode_timeline();
   const size_t P = t.phases.size(), G = size_t(t.grid);
   ASSERT_GT(G, 0u);
-  // embed+norm, 9 phases a layer (2 layers), unembedding, argmax (2)
-  ASSERT_EQ(P, size_t(1 + 9 * w.config.num_layers + 3));
+  // embed+norm, 8 phases a layer (qkv, rope, attention, o, route, experts up with the SwiGLU in its
+  // epilogue, experts down, combine+norm), unembedding, argmax (2)
+  ASSERT_EQ(P, size_t(1 + 8 * w.config.num_layers + 3));
   ASSERT_EQ(t.stamps.size(), P * G * 4);
   EXPECT_EQ(t.phases[1], "layer 0 qkv");
   EXPECT_EQ(t.phases.back(), "argmax final");

@@ -613,6 +613,35 @@ TEST(WeightsCli, RefusedWhereItCannotApply) {
   EXPECT_NE(bf16.err.find("--weights bf16 is not built"), std::string::npos) << bf16.err;
 }
 
+// --decode-kernel persistent chooses how the GPU engine runs decode steps: refused on the CPU, with
+// the CUDA reference paths and with --speculative (its verify steps run kernel by kernel), and
+// --persistent-blocks without it; all before anything loads (no GPU needed to say so).
+TEST(DecodeKernelCli, RefusedWhereItCannotApply) {
+  test::TempDir d;
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
+  const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
+  auto cpu = test::run_cli("generate --decode-kernel persistent" + m);
+  EXPECT_EQ(cpu.exit_code, 1);
+  EXPECT_NE(cpu.err.find("--decode-kernel persistent runs the GPU engine's decode steps"), std::string::npos) << cpu.err;
+  auto ref = test::run_cli("generate --backend cuda --precision bf16 --decode-kernel persistent" + m);
+  EXPECT_EQ(ref.exit_code, 1);
+  EXPECT_NE(ref.err.find("this run is --backend cuda --precision bf16"), std::string::npos) << ref.err;
+  auto spec = test::run_cli("generate --backend cuda --decode-kernel persistent --speculative ngram:2" + m);
+  EXPECT_EQ(spec.exit_code, 1);
+  EXPECT_NE(spec.err.find("--decode-kernel persistent with --speculative"), std::string::npos) << spec.err;
+  auto blocks = test::run_cli("generate --backend cuda --persistent-blocks 2" + m);
+  EXPECT_EQ(blocks.exit_code, 1);
+  EXPECT_NE(blocks.err.find("--persistent-blocks applies to the persistent decode kernel"), std::string::npos) << blocks.err;
+  auto bench = test::run_cli("bench --backend cpu --decode-kernel persistent --model " + (d / "m"));
+  EXPECT_EQ(bench.exit_code, 1);
+  EXPECT_NE(bench.err.find("--decode-kernel persistent runs the GPU engine's decode steps"), std::string::npos) << bench.err;
+  auto timeline = test::run_cli("bench --backend cuda --timeline " + (d / "t.json") + " --model " + (d / "m"));
+  EXPECT_EQ(timeline.exit_code, 1);
+  EXPECT_NE(timeline.err.find("--timeline applies to the persistent decode kernel"), std::string::npos) << timeline.err;
+  auto bad = test::run_cli("generate --decode-kernel fused" + m);
+  EXPECT_NE(bad.exit_code, 0);
+}
+
 // --kv-cache-dtype fp8 is the engine's GPU cache or its CPU emulation (--precision fp8 or mxfp4):
 // refused with the fp32 CPU path (generate, serve, bench) and the CUDA reference paths, before any
 // load; the emulation honours it (its logits differ from the BF16 cache's emulation).

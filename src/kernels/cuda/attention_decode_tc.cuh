@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/phase_sync.cuh"
 
@@ -83,8 +84,20 @@ struct DecodeAttentionArgs {
   Quantized1x128 quant;
 };
 
-template <bool kEarlyKv, KvFormat kKv = KvFormat::Bf16, class Sync>
+// kStaged (the BF16 cache; the persistent kernel at two blocks an SM, 128 registers): the same
+// MMAs in the same order on every accumulator (the same bits), with a warp's tile held where
+// registers are not needed: its K and its value rows 32-63 are copied (cp.async) into the warp's
+// shared memory, each lane's 16-byte pieces in slots only that lane reads back, and Q's hi + lo
+// fragments into the block's (every warp of a block has the same Q); value rows 0-31 stay in
+// registers. The shared memory is decode_tc_staged_smem(W); the warps' states for their merge go
+// into their own staging slices.
+constexpr int kStagedWarpBytes = 12 * 1024;  // K [8 n][2 j][32 lanes] x 16 B, then V rows 32-63 [2][4][32] x 16 B
+constexpr int kStagedQBytes = 4 * 1024;      // Q [hi, lo][4 ks][32 lanes] x 16 B
+__host__ __device__ constexpr int decode_tc_staged_smem(int warps) { return warps * kStagedWarpBytes + kStagedQBytes; }
+
+template <bool kEarlyKv, KvFormat kKv = KvFormat::Bf16, bool kStaged = false, class Sync>
 __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBlock blk, const Sync& sync) {
+  static_assert(!kStaged || (kKv == KvFormat::Bf16 && !kEarlyKv), "the staged tiles: the BF16 cache, loaded after the wait");
   constexpr bool kFp8 = kKv == KvFormat::Fp8, kF16 = kKv == KvFormat::F16;
   constexpr bool kMmaF16 = kF16 || kFp8;  // the MMAs' 16-bit type: FP16 over the FP16 and FP8 caches
   const KvLayerView& L = args.L;
@@ -97,8 +110,9 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
   int32_t* merge_count = args.merge_count;
   float* out = args.out;
   const Quantized1x128& quant = args.quant;
-  extern __shared__ float states[];  // W > 1: [W][32 lanes][36] = m[2], l[2], acc[8][4]
+  extern __shared__ __align__(16) float states[];  // W > 1: [W][32 lanes][36] = m[2], l[2], acc[8][4]
   constexpr int D = 64, kState = 36;
+  uint8_t* const stage = reinterpret_cast<uint8_t*>(states);  // kStaged: [W][kStagedWarpBytes], then Q
   const int g_kv = blk.x, r = blk.y, sp = blk.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, c = lane & 3;
   const int group = heads / L.kv_heads, kvn = L.kv_heads * D;
@@ -130,7 +144,26 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     };
     // The BF16 loads keep their own form (addresses under the validity test): written as the
     // FP8 ones are, the BF16 kernel compiled to other code (233 registers against 254).
-    if constexpr (kFp8) {
+    if constexpr (kStaged) {  // K and V rows 32-63 into the warp's slots, V rows 0-31 into registers
+      uint8_t* ws = stage + size_t(warp) * kStagedWarpBytes + lane * 16;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int key = j0 + n * 8 + g;
+        const uint16_t* kp = L.k + row_of(key) * kvn + size_t(g_kv) * D + 8 * c;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) cp_async16(ws + (n * 2 + j) * 512, kp + 32 * j, valid(key));
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = j0 + 16 * kk + 2 * c + (i & 1) + (i >> 1) * 8;
+          const uint16_t* vp = L.v + row_of(key) * kvn + size_t(g_kv) * D + 8 * g;
+          if (kk >= 2) cp_async16(ws + 8192 + ((kk - 2) * 4 + i) * 512, vp, valid(key));
+          else vf[B][kk][i] = valid(key) ? __ldcg(reinterpret_cast<const uint4*>(vp)) : make_uint4(0, 0, 0, 0);
+        }
+      cp_async_commit();
+    } else if constexpr (kFp8) {
       auto at = [&](bool is_v, int key, int dim) -> const void* {
         return (is_v ? L.v8 : L.k8) + row_of(key) * kvn + size_t(g_kv) * D + dim;
       };
@@ -205,6 +238,16 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
         split_16<kMmaF16>(v[4 * h + 2] * scale_log2, v[4 * h + 3] * scale_log2, qh[2 * j + h][2 + i], ql[2 * j + h][2 + i]);
       }
     }
+  if constexpr (kStaged) {  // warp 0's Q fragments (every warp's are the same) into the block's Q slots
+    uint4* qs = reinterpret_cast<uint4*>(stage + size_t(W) * kStagedWarpBytes) + lane;
+    if (warp == 0)
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        qs[ks * 32] = make_uint4(qh[ks][0], qh[ks][1], qh[ks][2], qh[ks][3]);
+        qs[(4 + ks) * 32] = make_uint4(ql[ks][0], ql[ks][1], ql[ks][2], ql[ks][3]);
+      }
+    __syncthreads();
+  }
   float m[2], l[2], acc[8][4] = {};
   // kFp8: acc is in units of 2^e_ref (the largest valid e_v of the last tile, at least e_max - 64,
   // e_max the largest of all tiles so far).
@@ -218,8 +261,28 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     const int j0 = t * kDecKeys;
     // S = (Q K^T) * scale_log2: rows g (s[n][0..1]) and g + 8 (s[n][2..3]), keys j0 + 8n + 2c + {0,1}.
     float s[8][4];
+    if constexpr (kStaged) {  // per s[n] the MMAs of the loop below, in its order: k-steps 0-3, hi then lo
+      const uint8_t* ws = stage + size_t(warp) * kStagedWarpBytes + lane * 16;
+      const uint4* qs = reinterpret_cast<const uint4*>(stage + size_t(W) * kStagedWarpBytes) + lane;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint4 h0 = qs[(2 * j) * 32], l0 = qs[(4 + 2 * j) * 32], h1 = qs[(2 * j + 1) * 32], l1 = qs[(5 + 2 * j) * 32];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const uint4 w = *reinterpret_cast<const uint4*>(ws + (n * 2 + j) * 512);
+          mma_16816<kMmaF16>(s[n], h0.x, h0.y, h0.z, h0.w, w.x, w.y);
+          mma_16816<kMmaF16>(s[n], l0.x, l0.y, l0.z, l0.w, w.x, w.y);
+          mma_16816<kMmaF16>(s[n], h1.x, h1.y, h1.z, h1.w, w.z, w.w);
+          mma_16816<kMmaF16>(s[n], l1.x, l1.y, l1.z, l1.w, w.z, w.w);
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8 && !kStaged; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
       if constexpr (kFp8) {  // each fragment made BF16 once, for its two k-steps
@@ -289,8 +352,15 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       split_16<kMmaF16, false>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
       split_16<kMmaF16, false>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
       split_16<kMmaF16, false>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      const uint4 w0 = to_mma(vf[B][kk][0]), w1 = to_mma(vf[B][kk][1]), w2 = to_mma(vf[B][kk][2]),
-                  w3 = to_mma(vf[B][kk][3]);
+      auto v_frag = [&](int i) -> uint4 {  // kStaged: value rows 32-63 from the warp's slots
+        if constexpr (kStaged) {
+          if (kk >= 2)
+            return *reinterpret_cast<const uint4*>(stage + size_t(warp) * kStagedWarpBytes + lane * 16 + 8192 +
+                                                   ((kk - 2) * 4 + i) * 512);
+        }
+        return to_mma(vf[B][kk][i]);
+      };
+      const uint4 w0 = v_frag(0), w1 = v_frag(1), w2 = v_frag(2), w3 = v_frag(3);
       const uint32_t* v0 = reinterpret_cast<const uint32_t*>(&w0);
       const uint32_t* v1 = reinterpret_cast<const uint32_t*>(&w1);
       const uint32_t* v2 = reinterpret_cast<const uint32_t*>(&w2);
@@ -309,6 +379,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     if constexpr (kBuf == 2) {
       if (t + W < tb) load_tile.template operator()<1>(t + W);
     }
+    if constexpr (kStaged) cp_async_wait<0>();  // a lane reads back only the slots it filled
     tile.template operator()<0>(t);
     if constexpr (kBuf == 2) {
       if (t + W < tb) tile.template operator()<1>(t + W);
@@ -323,8 +394,14 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
   }
+  // Warp w's lane's state for the merge (kStaged: in the warp's staging slice, free now).
+  auto state_at = [&](int w) -> float* {
+    if constexpr (kStaged) return reinterpret_cast<float*>(stage + size_t(w) * kStagedWarpBytes) + lane * kState;
+    return states + (size_t(w) * 32 + lane) * kState;
+  };
   if (W > 1) {  // merge the warps' states into warp 0's
-    float* st = states + (size_t(warp) * 32 + lane) * kState;
+    if constexpr (kStaged) __syncwarp();  // the warp's lanes are done with their slots
+    float* st = state_at(warp);
 #pragma unroll
     for (int i = 0; i < 2; ++i) st[i] = m[i], st[2 + i] = l[i];
 #pragma unroll
@@ -337,13 +414,13 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float M = m[i];
-      for (int w = 1; w < W; ++w) M = fmaxf(M, states[(size_t(w) * 32 + lane) * kState + i]);
+      for (int w = 1; w < W; ++w) M = fmaxf(M, state_at(w)[i]);
       const float f0 = exp2_approx(m[i] - M);
       l[i] *= f0;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) acc[nt][2 * i] *= f0, acc[nt][2 * i + 1] *= f0;
       for (int w = 1; w < W; ++w) {
-        const float* o = states + (size_t(w) * 32 + lane) * kState;
+        const float* o = state_at(w);
         const float f = exp2_approx(o[i] - M);
         l[i] += o[2 + i] * f;
 #pragma unroll

@@ -33,7 +33,6 @@ enum class PhaseKind : int32_t {
   Attention,
   Route,
   Mxfp4Gemm,
-  Swiglu,
   CombineNorm,
   ArgmaxPartial,
   ArgmaxFinal,
@@ -82,13 +81,7 @@ struct Mxfp4Args {
   ExpertRows rows;
   float* y;
   int ks;
-};
-struct SwigluArgs {
-  const float* t;
-  const int32_t* rows_end;
-  int rows_max, I;
-  float alpha, limit;
-  bf16* a;
+  SwigluOut sw;  // sw.a: the clamped SwiGLU as the epilogue (y unwritten)
 };
 struct CombineArgs {
   float* x;
@@ -160,6 +153,57 @@ struct TimedPhaseSync {
   __device__ void release() const {}
 };
 
+// Each phase kind's body as a function of its own (not inlined): the register allocator then
+// fits each body alone into the kernel's budget instead of all of them at once. Inlined into one
+// switch, the bodies that fit alone spilled together (ptxas, sm_90a: 372 bytes of spill loads at
+// one block an SM and 1,164 at two; so, none at one, and at two 56 in the kernel and at most 112 in
+// a phase; docs/PERF.md). A call a virtual block costs next to nothing.
+#define OSPREY_PHASE(name) \
+  template <int MINB>      \
+  __device__ __noinline__ void name(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync)
+OSPREY_PHASE(embed_norm_phase) {
+  const auto& a = ph.as<EmbedNormArgs>();
+  embed_norm_body<kThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
+}
+template <int MINB, int R>
+__device__ __noinline__ void fp8_gemm_phase(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync) {
+  fp8_skinny_body<1, R, TimedPhaseSync, persistent_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
+}
+OSPREY_PHASE(rope_phase) {
+  const auto& a = ph.as<RopeArgs>();
+  qkv_rope_to_cache_body(a.L, a.qkv, a.slot, a.pos, a.inv_freq, a.c, a.heads, a.q, /*release_early=*/true, b, sync);
+}
+// Without the first tile's loads before the wait: they kept 128 registers live across it and the
+// whole kernel spilled (20b batch 1: 3.89 against 4.34 ms a step). At two blocks an SM the tiles
+// go through shared memory (kStaged): the body in 128 registers.
+OSPREY_PHASE(attention_phase) {
+  paged_decode_tc_body</*kEarlyKv=*/false, KvFormat::Bf16, /*kStaged=*/MINB == 2>(ph.as<DecodeAttentionArgs>(), b, sync);
+}
+OSPREY_PHASE(route_phase) {
+  const auto& a = ph.as<RouteArgs>();
+  moe_route_body<TimedPhaseSync, /*kRouterInRegs=*/false>(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr, a.h_mxfp4,
+                                                          a.router, a.router_bias, a.E, a.k, a.logits, a.counters, a.idx,
+                                                          a.w, a.sorted, b, sync);
+}
+OSPREY_PHASE(mxfp4_gemm_phase) {
+  const auto& a = ph.as<Mxfp4Args>();
+  mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync, /*pass_rows=*/8, a.sw);
+}
+OSPREY_PHASE(combine_norm_phase) {
+  const auto& a = ph.as<CombineArgs>();
+  moe_combine_norm_body<kThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s, a.ld,
+                                  nullptr, b, sync);
+}
+OSPREY_PHASE(argmax_partial_phase) {
+  const auto& a = ph.as<ArgmaxArgs>();
+  argmax_partial_body(a.logits, a.V, a.val, a.idx, b, sync);
+}
+OSPREY_PHASE(argmax_final_phase) {
+  const auto& a = ph.as<ArgmaxArgs>();
+  argmax_final_body(a.val, a.idx, a.out, a.rows, b, sync);
+}
+#undef OSPREY_PHASE
+
 template <int MINB>
 __global__ void __launch_bounds__(kThreads, MINB)
     persistent_decode_kernel(const PersistentPhase* phases, int n_phases, uint32_t* counters, uint64_t* timeline) {
@@ -179,58 +223,16 @@ __global__ void __launch_bounds__(kThreads, MINB)
     for (int v = int((blockIdx.x + G - uint32_t(ph.first) % G) % G); v < n; v += int(G)) {
       const VBlock b{v % ph.nx, v / ph.nx % ph.ny, v / (ph.nx * ph.ny), ph.nx, ph.ny, ph.nz};
       switch (ph.kind) {
-        case PhaseKind::EmbedNorm: {
-          const auto& a = ph.as<EmbedNormArgs>();
-          embed_norm_body<kThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
-          break;
-        }
-        case PhaseKind::Fp8GemmRow1:
-          fp8_skinny_body<1, 1, TimedPhaseSync, persistent_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
-          break;
-        case PhaseKind::Fp8GemmRow8:
-          fp8_skinny_body<1, 8, TimedPhaseSync, persistent_ring(MINB)>(ph.as<Fp8SkinnyArgs>(), b, sync);
-          break;
-        case PhaseKind::Rope: {
-          const auto& a = ph.as<RopeArgs>();
-          qkv_rope_to_cache_body(a.L, a.qkv, a.slot, a.pos, a.inv_freq, a.c, a.heads, a.q, /*release_early=*/true, b,
-                                 sync);
-          break;
-        }
-        // Without the first tile's loads before the wait: they kept 128 registers live across it
-        // and the whole kernel spilled (20b batch 1: 3.89 against 4.34 ms a step).
-        case PhaseKind::Attention: paged_decode_tc_body</*kEarlyKv=*/false>(ph.as<DecodeAttentionArgs>(), b, sync); break;
-        case PhaseKind::Route: {
-          const auto& a = ph.as<RouteArgs>();
-          moe_route_body<TimedPhaseSync, /*kRouterInRegs=*/false>(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr, a.h_mxfp4, a.router, a.router_bias, a.E, a.k,
-                         a.logits, a.counters, a.idx, a.w, a.sorted, b, sync);
-          break;
-        }
-        case PhaseKind::Mxfp4Gemm: {
-          const auto& a = ph.as<Mxfp4Args>();
-          mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync);
-          break;
-        }
-        case PhaseKind::Swiglu: {
-          const auto& a = ph.as<SwigluArgs>();
-          swiglu_bf16_body(a.t, a.rows_end, a.rows_max, a.I, a.alpha, a.limit, a.a, nullptr, nullptr, 0, b, sync);
-          break;
-        }
-        case PhaseKind::CombineNorm: {
-          const auto& a = ph.as<CombineArgs>();
-          moe_combine_norm_body<kThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s,
-                                          a.ld, nullptr, b, sync);
-          break;
-        }
-        case PhaseKind::ArgmaxPartial: {
-          const auto& a = ph.as<ArgmaxArgs>();
-          argmax_partial_body(a.logits, a.V, a.val, a.idx, b, sync);
-          break;
-        }
-        case PhaseKind::ArgmaxFinal: {
-          const auto& a = ph.as<ArgmaxArgs>();
-          argmax_final_body(a.val, a.idx, a.out, a.rows, b, sync);
-          break;
-        }
+        case PhaseKind::EmbedNorm: embed_norm_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::Fp8GemmRow1: fp8_gemm_phase<MINB, 1>(ph, b, sync); break;
+        case PhaseKind::Fp8GemmRow8: fp8_gemm_phase<MINB, 8>(ph, b, sync); break;
+        case PhaseKind::Rope: rope_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::Attention: attention_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::Route: route_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::Mxfp4Gemm: mxfp4_gemm_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::CombineNorm: combine_norm_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::ArgmaxPartial: argmax_partial_phase<MINB>(ph, b, sync); break;
+        case PhaseKind::ArgmaxFinal: argmax_final_phase<MINB>(ph, b, sync); break;
       }
       __syncthreads();  // a body's shared memory is free for the next virtual block
     }
@@ -335,7 +337,8 @@ void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf1
     fail_plain("PersistentDecode::attention: head_dim 64, at most 16 query heads a KV head, whole 128-column blocks");
   const DecodeAttentionArgs a{L, q, sinks, slot, pos, heads, window, scale * kLog2e, splits, scratch, merge_count,
                               nullptr, quant};
-  add(PersistentPhase::of(PhaseKind::Attention, L.kv_heads, rows, splits, kThreads / 32 * 32 * 36 * 4, a), "attention");
+  const int smem = blocks_per_sm_ == 2 ? decode_tc_staged_smem(kThreads / 32) : kThreads / 32 * 32 * 36 * 4;
+  add(PersistentPhase::of(PhaseKind::Attention, L.kv_heads, rows, splits, smem, a), "attention");
 }
 
 void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s,
@@ -349,20 +352,15 @@ void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int
                                     w, sorted}), "route");
 }
 
-void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y) {
+void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows,
+                                  float* y, const SwigluOut& swiglu) {
   if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
+  if (swiglu.a && W.N % 2) fail_plain("PersistentDecode::mxfp4_gemm: the SwiGLU epilogue needs an even N");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
   add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, ks, 1, persistent_ring(blocks_per_sm_))),
-                          Mxfp4Args{W, x, rows, y, ks}), name);
-}
-
-void PersistentDecode::swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha,
-                                   float limit, bf16* a) {
-  const size_t n = size_t(rows_max) * mxfp4_act_cols(I) / 2;
-  add(PersistentPhase::of(PhaseKind::Swiglu, int((n + kThreads - 1) / kThreads), 1, 1, 0,
-                          SwigluArgs{t, rows_end, rows_max, I, alpha, limit, a}), "swiglu");
+                          Mxfp4Args{W, x, rows, y, ks, swiglu}), name);
 }
 
 void PersistentDecode::combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w,

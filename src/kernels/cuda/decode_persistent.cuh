@@ -55,10 +55,11 @@ class PersistentDecode {
   void moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s, int ld,
                  bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k, float* logits,
                  int32_t* counters, int32_t* idx, float* w, MoeSorted sorted);
-  // m_grouped_mxfp4_gemm_bf16_contiguous (the decode path, 8 rows a pass).
-  void mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y);
-  // moe_swiglu_bf16 without a bias.
-  void swiglu_bf16(const float* t, const int32_t* rows_end, int rows_max, int I, float alpha, float limit, bf16* a);
+  // m_grouped_mxfp4_gemm_bf16_contiguous (the decode path's row body, 8 rows a pass), with
+  // swiglu.a: the clamped SwiGLU of the outputs into swiglu.a as its epilogue (what moe_swiglu_bf16
+  // without a bias makes of y, bit for bit, for the rows the next GEMM reads; y is not written).
+  void mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
+                  const SwigluOut& swiglu = {});
   // moe_combine_norm.
   void combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w, const int32_t* idx, int rows,
                     int k, int H, const bf16* gain, float eps, uint8_t* q, float* s, int ld);
