@@ -478,6 +478,34 @@ struct DeviceKvLayer {
 // v_ramp +1 (-1): value rows scaled by 2^(position / 64 - 5) (2^(5 - position / 64)) as well, so
 // that each 64-key tile's largest value exponent is above (below) the last's: the FP8 decode's acc
 // rescaled at every tile, both ways.
+// The persistent decode kernel's attention phase runs 8 warps a split; the per-op kernel picks its
+// warps a split as attention_decode.cu does (up to 8 while rows x KV heads x splits x warps x 2 <=
+// 1024). Where they match the two sum in the same order and give the same bits; elsewhere the
+// same values to fp32 rounding, so codes a step apart here and there.
+int per_op_decode_warps(int rows, int kvh, int splits) {
+  int W = 1;
+  while (W < 8 && size_t(rows) * kvh * splits * W * 2 <= 1024) W *= 2;
+  return W;
+}
+// Codes [rows][K] and 1x128 scales [K/128][ld] back to values.
+std::vector<float> dequantized_1x128(const std::vector<uint8_t>& q, const std::vector<float>& s, int rows, int K, int ld) {
+  std::vector<float> v(q.size());
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < K; ++k) v[size_t(r) * K + k] = fp8::to_f32(q[size_t(r) * K + k]) * s[size_t(k / 128) * ld + r];
+  return v;
+}
+// The persistent phase's codes and scales (qp, sp) against the per-op kernel's (qa, sa).
+void expect_persistent_attention(const std::vector<uint8_t>& qp, const std::vector<float>& sp,
+                                 const std::vector<uint8_t>& qa, const std::vector<float>& sa, int rows, int K, int ld,
+                                 int kvh, int splits) {
+  if (per_op_decode_warps(rows, kvh, splits) == 8) {
+    ASSERT_EQ(qp, qa);
+    ASSERT_EQ(sp, sa);
+  } else {
+    EXPECT_LT(rel_err(dequantized_1x128(qp, sp, rows, K, ld), dequantized_1x128(qa, sa, rows, K, ld)), 1e-3);
+  }
+}
+
 void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16, int v_ramp = 0) {
   const bool fp8 = dtype == KvDtype::Fp8;
   const int lens[2] = {700, 333}, max_pages = 16, ring = 256;
@@ -563,8 +591,9 @@ void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16
           ASSERT_TRUE(std::all_of(n.begin(), n.end(), [](int32_t v) { return v == 0; }));
         }
         // The persistent decode kernel's attention phase alone (BF16 cache): the same codes and
-        // scales, at one block an SM (the body as above) and at two (its tiles staged through
-        // shared memory: one split of 11 tiles gives three warps two tiles each).
+        // scales (where the warps a split match; expect_persistent_attention), at one block an SM
+        // (the body as above) and at two (its tiles staged through shared memory: one split of 11
+        // tiles gives three warps two tiles each).
         for (int blocks_per_sm : {1, 2}) {
           if (dtype != KvDtype::Bf16) break;
           cuda::PersistentDecode P(blocks_per_sm);
@@ -575,11 +604,9 @@ void PagedAttentionCase(int heads, int kvh, int d, KvDtype dtype = KvDtype::Bf16
           P.finish();
           P.launch(nullptr);
           OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
-          ASSERT_EQ(q4.get(), q2.get()) << "persistent, " << blocks_per_sm << " blocks an SM, window " << window
-                                        << " splits " << splits;
-          auto c = s4.get();
-          for (int kb = 0; kb < fp8::blocks(Q); ++kb)
-            for (int r = 0; r < R; ++r) ASSERT_EQ(c[size_t(kb) * ld + r], b[size_t(kb) * ld + r]);
+          SCOPED_TRACE("persistent, " + std::to_string(blocks_per_sm) + " blocks an SM, window " +
+                       std::to_string(window) + " splits " + std::to_string(splits));
+          expect_persistent_attention(q4.get(), s4.get(), q2.get(), b, R, Q, ld, kvh, splits);
           auto n = count.get();
           ASSERT_TRUE(std::all_of(n.begin(), n.end(), [](int32_t v) { return v == 0; }));
         }
