@@ -500,7 +500,7 @@ void expect_persistent_attention(const std::vector<uint8_t>& qp, const std::vect
                                  int kvh, int splits) {
   if (per_op_decode_warps(rows, kvh, splits) == 8) {
     ASSERT_EQ(qp, qa);
-    for (int kb = 0; kb < K / 128; ++kb)  // the rows' scales (past them, ld's padding stays poisoned)
+    for (int kb = 0; kb < fp8::blocks(K); ++kb)  // the rows' scales (past them, ld's padding stays poisoned)
       for (int r = 0; r < rows; ++r) ASSERT_EQ(sp[size_t(kb) * ld + r], sa[size_t(kb) * ld + r]);
   } else {
     EXPECT_LT(rel_err(dequantized_1x128(qp, sp, rows, K, ld), dequantized_1x128(qa, sa, rows, K, ld)), 1e-3);
