@@ -26,8 +26,8 @@ struct BenchCudaArgs {
   // The MoE's two expert GEMMs of one layer alone, MXFP4 and FP8 experts side by side: decode
   // batch sizes to time (empty: none). Timed before the model loads (the KV pool takes the rest).
   std::string moe_batches;
-  // Decode steps of up to 8 rows: "per-op" (the model's default) or "persistent" (one kernel a
-  // step); the persistent grid's blocks per SM; a file for one step's per-SM timeline (empty: none).
+  // Decode steps of up to 8 rows kernel by kernel or as the persistent kernel (--decode-kernel,
+  // --persistent-blocks); a file for one persistent step's per-SM timeline (empty: none).
   DecodeKernelArg decode_kernel;
   std::string timeline;
   // Decode steps sample on the GPU with these (draws from a generator seeded with `seed`);
