@@ -6,7 +6,8 @@
 # argmax agreement, mean KL with a 95% bootstrap interval over dialogues, and the worst KL; then
 # each later variant's mean KL minus the first's, with a paired bootstrap interval (the same
 # resampled dialogues for both: the difference is resolved far better than either mean).
-#   VARIANTS="name:precision[:ENV=1+ENV=1] ..." N=96 bash bench/fidelity_cpu.sh
+#   VARIANTS="name:precision[:ENV=1+ENV=1[:--flag+value]] ..." N=96 bash bench/fidelity_cpu.sh
+# (the fourth field: more `osprey logits` arguments, '+' for spaces, e.g. --kv-cache-dtype+fp8)
 # The EXP_* variables of docs/FIDELITY.md's measurement exist only with
 # bench/prepared/cpu-bf16-attention-roundings.patch applied; without it they change nothing.
 set -euo pipefail
@@ -28,8 +29,9 @@ for v in $VARIANTS; do rm -f $W/raw_${v%%:*}.txt; done
 while read -r toks; do
   $B logits --backend cpu --precision fp32 --model $MODEL --tokens "$toks" --out $W/ref.npy 2>/dev/null
   for v in $VARIANTS; do
-    IFS=: read -r name prec envs <<< "$v"
-    env ${envs//+/ } $B logits --backend cpu --precision $prec --model $MODEL --tokens "$toks" --out $W/path.npy 2>/dev/null
+    IFS=: read -r name prec envs args <<< "$v"
+    env ${envs//+/ } $B logits --backend cpu --precision $prec ${args//+/ } --model $MODEL --tokens "$toks" \
+      --out $W/path.npy 2>/dev/null
     $KL --raw $W/ref.npy $W/path.npy >> $W/raw_$name.txt
   done
 done < $W/tokens.txt
