@@ -179,11 +179,14 @@ OSPREY_PHASE(rope_phase) {
 OSPREY_PHASE(attention_phase) {
   paged_decode_tc_body</*kEarlyKv=*/false, KvFormat::Bf16, /*kStaged=*/MINB == 2>(ph.as<DecodeAttentionArgs>(), b, sync);
 }
+// At one block an SM each warp's router row goes into registers before the wait, as in the route
+// kernel (the phase is a function of its own: its registers do not raise the other phases'); at two
+// it is read from memory in the dot product (the same sums either way).
 OSPREY_PHASE(route_phase) {
   const auto& a = ph.as<RouteArgs>();
-  moe_route_body<TimedPhaseSync, /*kRouterInRegs=*/false>(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr, a.h_mxfp4,
-                                                          a.router, a.router_bias, a.E, a.k, a.logits, a.counters, a.idx,
-                                                          a.w, a.sorted, b, sync);
+  moe_route_body<TimedPhaseSync, /*kRouterInRegs=*/MINB == 1>(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr,
+                                                              a.h_mxfp4, a.router, a.router_bias, a.E, a.k, a.logits,
+                                                              a.counters, a.idx, a.w, a.sorted, b, sync);
 }
 OSPREY_PHASE(mxfp4_gemm_phase) {
   const auto& a = ph.as<Mxfp4Args>();
