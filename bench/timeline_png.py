@@ -19,7 +19,7 @@ from collections import defaultdict
 
 COLOURS = {
     "qkv": (31, 119, 180), "o": (44, 160, 44), "unembedding": (148, 103, 189), "attention": (255, 127, 14),
-    "experts up": (214, 39, 40), "experts down": (227, 119, 194), "route": (188, 189, 34), "rope": (23, 190, 207),
+    "experts up": (214, 39, 40), "experts up+swiglu": (214, 39, 40), "experts down": (227, 119, 194), "route": (188, 189, 34), "rope": (23, 190, 207),
     "swiglu": (140, 86, 75), "combine+norm": (127, 127, 127), "embed+norm": (0, 0, 0), "argmax": (255, 187, 120),
     "argmax final": (255, 187, 120),
 }
