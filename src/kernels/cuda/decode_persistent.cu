@@ -250,6 +250,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
       if (p + 1 < n_phases) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counters + p) : "memory");
       } else if (atomicAdd(counters + p, 1u) == G - 1) {
+        __threadfence();  // every block's arrivals before the reset
         for (int i = 0; i < n_phases; ++i) counters[i] = 0;
       }
     }
