@@ -141,7 +141,7 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
                    : L.f16 ? (early ? paged_decode_tc_kernel<true, KvFormat::F16> : paged_decode_tc_kernel<false, KvFormat::F16>)
                            : (early ? paged_decode_tc_kernel<true, KvFormat::Bf16> : paged_decode_tc_kernel<false, KvFormat::Bf16>);
     launch_pdl("attn", kernel, grid, 32 * W,
-               W > 1 ? size_t(W) * 32 * 36 * sizeof(float) : 0, s,
+               size_t(decode_tc_smem(W, /*staged=*/false)), s,
                DecodeAttentionArgs{L, q, sinks, slot, pos, heads, window, scale_log2, splits, scratch,
                                    tail ? merge_count : nullptr, out, quant});
     if (tail) return;

@@ -89,11 +89,16 @@ struct DecodeAttentionArgs {
 // registers are not needed: its K and its value rows 32-63 are copied (cp.async) into the warp's
 // shared memory, each lane's 16-byte pieces in slots only that lane reads back, and Q's hi + lo
 // fragments into the block's (every warp of a block has the same Q); value rows 0-31 stay in
-// registers. The shared memory is decode_tc_staged_smem(W); the warps' states for their merge go
+// registers. The shared memory is decode_tc_smem(W, true); the warps' states for their merge go
 // into their own staging slices.
 constexpr int kStagedWarpBytes = 12 * 1024;  // K [8 n][2 j][32 lanes] x 16 B, then V rows 32-63 [2][4][32] x 16 B
 constexpr int kStagedQBytes = 4 * 1024;      // Q [hi, lo][4 ks][32 lanes] x 16 B
-__host__ __device__ constexpr int decode_tc_staged_smem(int warps) { return warps * kStagedWarpBytes + kStagedQBytes; }
+constexpr int kDecodeStateFloats = 36;       // a lane's state for the warps' merge: m[2], l[2], acc[8][4]
+// The body's dynamic shared memory with W warps: the staged slices and Q, or (W > 1) the warps'
+// states for their merge.
+__host__ __device__ constexpr int decode_tc_smem(int warps, bool staged) {
+  return staged ? warps * kStagedWarpBytes + kStagedQBytes : warps > 1 ? warps * 32 * kDecodeStateFloats * 4 : 0;
+}
 
 template <bool kEarlyKv, KvFormat kKv = KvFormat::Bf16, bool kStaged = false, class Sync>
 __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBlock blk, const Sync& sync) {
@@ -111,11 +116,15 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
   float* out = args.out;
   const Quantized1x128& quant = args.quant;
   extern __shared__ __align__(16) float states[];  // W > 1: [W][32 lanes][36] = m[2], l[2], acc[8][4]
-  constexpr int D = 64, kState = 36;
+  constexpr int D = 64, kState = kDecodeStateFloats;
   uint8_t* const stage = reinterpret_cast<uint8_t*>(states);  // kStaged: [W][kStagedWarpBytes], then Q
   const int g_kv = blk.x, r = blk.y, sp = blk.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, c = lane & 3;
   const int group = heads / L.kv_heads, kvn = L.kv_heads * D;
+  // kStaged: this lane's slots in its warp's slice (K, then V rows 32-63 from byte 8192) and in the
+  // block's Q region.
+  uint8_t* const lane_slots = stage + size_t(warp) * kStagedWarpBytes + lane * 16;
+  uint4* const q_slots = reinterpret_cast<uint4*>(stage + size_t(W) * kStagedWarpBytes) + lane;
   const int slot = slots[r], pos = positions[r];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int tile_lo = first / kDecKeys, tile_hi = pos / kDecKeys + 1;
@@ -145,7 +154,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     // The BF16 loads keep their own form (addresses under the validity test): written as the
     // FP8 ones are, the BF16 kernel compiled to other code (233 registers against 254).
     if constexpr (kStaged) {  // K and V rows 32-63 into the warp's slots, V rows 0-31 into registers
-      uint8_t* ws = stage + size_t(warp) * kStagedWarpBytes + lane * 16;
+      uint8_t* const ws = lane_slots;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const int key = j0 + n * 8 + g;
@@ -239,7 +248,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       }
     }
   if constexpr (kStaged) {  // warp 0's Q fragments (every warp's are the same) into the block's Q slots
-    uint4* qs = reinterpret_cast<uint4*>(stage + size_t(W) * kStagedWarpBytes) + lane;
+    uint4* const qs = q_slots;
     if (warp == 0)
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -262,8 +271,8 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
     // S = (Q K^T) * scale_log2: rows g (s[n][0..1]) and g + 8 (s[n][2..3]), keys j0 + 8n + 2c + {0,1}.
     float s[8][4];
     if constexpr (kStaged) {  // per s[n] the MMAs of the loop below, in its order: k-steps 0-3, hi then lo
-      const uint8_t* ws = stage + size_t(warp) * kStagedWarpBytes + lane * 16;
-      const uint4* qs = reinterpret_cast<const uint4*>(stage + size_t(W) * kStagedWarpBytes) + lane;
+      const uint8_t* const ws = lane_slots;
+      const uint4* const qs = q_slots;
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -355,8 +364,7 @@ __device__ inline void paged_decode_tc_body(const DecodeAttentionArgs& args, VBl
       auto v_frag = [&](int i) -> uint4 {  // kStaged: value rows 32-63 from the warp's slots
         if constexpr (kStaged) {
           if (kk >= 2)
-            return *reinterpret_cast<const uint4*>(stage + size_t(warp) * kStagedWarpBytes + lane * 16 + 8192 +
-                                                   ((kk - 2) * 4 + i) * 512);
+            return *reinterpret_cast<const uint4*>(lane_slots + 8192 + ((kk - 2) * 4 + i) * 512);
         }
         return to_mma(vf[B][kk][i]);
       };

@@ -341,8 +341,9 @@ void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf1
     fail_plain("PersistentDecode::attention: head_dim 64, at most 16 query heads a KV head, whole 128-column blocks");
   const DecodeAttentionArgs a{L, q, sinks, slot, pos, heads, window, scale * kLog2e, splits, scratch, merge_count,
                               nullptr, quant};
-  const int smem = blocks_per_sm_ == 2 ? decode_tc_staged_smem(kThreads / 32) : kThreads / 32 * 32 * 36 * 4;
-  add(PersistentPhase::of(PhaseKind::Attention, L.kv_heads, rows, splits, smem, a), "attention");
+  // The attention phase is staged at two blocks an SM (attention_phase).
+  add(PersistentPhase::of(PhaseKind::Attention, L.kv_heads, rows, splits,
+                          decode_tc_smem(kThreads / 32, /*staged=*/blocks_per_sm_ == 2), a), "attention");
 }
 
 void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s,
