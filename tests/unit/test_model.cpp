@@ -28,6 +28,14 @@
 namespace osprey {
 namespace {
 
+// Runs the CLI with these arguments and expects a refusal: exit status 1 and `says` on stderr.
+void expect_refused(const std::string& args, const std::string& says) {
+  SCOPED_TRACE(args);
+  const test::CliResult r = test::run_cli(args);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+}
+
 using test::TempDir;
 
 double rel_err(const float* a, const float* b, size_t n) {
@@ -267,9 +275,8 @@ TEST_F(SmallModel, BrokenCheckpointsGetClearErrors) {
   test::write_file(d / "model.safetensors.index.json", idx.dump());
   // sinks is still in its shard, so loading works; now drop a whole shard.
   std::filesystem::remove(d / "model-00001-of-00001.safetensors");
-  auto r = test::run_cli(fmt::format("logits --model {} --tokens 1 --out {}", d.str(), d / "x.npy"));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("model-00001-of-00001.safetensors"), std::string::npos) << r.err;
+  expect_refused(fmt::format("logits --model {} --tokens 1 --out {}", d.str(), d / "x.npy"),
+                 "model-00001-of-00001.safetensors");
 
   TempDir e;
   for (auto& f : std::filesystem::directory_iterator(dir_->str()))
@@ -277,19 +284,13 @@ TEST_F(SmallModel, BrokenCheckpointsGetClearErrors) {
   auto cfg = nlohmann::json::parse(test::read_file(e / "config.json"));
   cfg["intermediate_size"] = 96;
   test::write_file(e / "config.json", cfg.dump());
-  r = test::run_cli(fmt::format("generate --model {} --tokens 1 --greedy", e.str()));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("gate_up_proj_blocks' has shape"), std::string::npos) << r.err;
+  expect_refused(fmt::format("generate --model {} --tokens 1 --greedy", e.str()), "gate_up_proj_blocks' has shape");
 
   // Truncated shard.
   std::filesystem::resize_file(e / "model-00000-of-00001.safetensors", 1000);
-  r = test::run_cli(fmt::format("inspect --model {}", e.str()));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("model-00000-of-00001.safetensors"), std::string::npos) << r.err;
+  expect_refused(fmt::format("inspect --model {}", e.str()), "model-00000-of-00001.safetensors");
 
-  r = test::run_cli("generate --model /nonexistent/dir --tokens 1 --greedy");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("/nonexistent/dir does not exist"), std::string::npos) << r.err;
+  expect_refused("generate --model /nonexistent/dir --tokens 1 --greedy", "/nonexistent/dir does not exist");
 }
 
 }  // namespace
@@ -595,22 +596,17 @@ TEST(WeightsCli, RefusedWhereItCannotApply) {
   test::TempDir d;
   ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
   const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
-  auto cpu = test::run_cli("generate --weights fp8" + m);
-  EXPECT_EQ(cpu.exit_code, 1);
-  EXPECT_NE(cpu.err.find("--weights fp8 chooses the GPU's expert format"), std::string::npos) << cpu.err;
+  expect_refused("generate --weights fp8" + m, "--weights fp8 chooses the GPU's expert format");
   auto emu = test::run_cli("generate --precision mxfp4" + m);
   EXPECT_EQ(emu.exit_code, 0) << emu.err;
   auto logits = test::run_cli("logits --backend cpu --weights mxfp4 --model " + (d / "m") + " --tokens 5 --out " + (d / "l.npy"));
   EXPECT_EQ(logits.exit_code, 1);
-  auto serve = test::run_cli("serve --backend cpu --weights mxfp4 --model " + (d / "m") + " --port 1");
-  EXPECT_EQ(serve.exit_code, 1);
-  EXPECT_NE(serve.err.find("--weights mxfp4 chooses the GPU's expert format"), std::string::npos) << serve.err;
+  expect_refused("serve --backend cpu --weights mxfp4 --model " + (d / "m") + " --port 1",
+                 "--weights mxfp4 chooses the GPU's expert format");
   auto bench = test::run_cli("bench --backend cpu --weights fp8 --model " + (d / "m"));
   EXPECT_EQ(bench.exit_code, 1);
   // Refused before the weights load (no GPU needed to say so).
-  auto bf16 = test::run_cli("generate --backend cuda --weights bf16" + m);
-  EXPECT_EQ(bf16.exit_code, 1);
-  EXPECT_NE(bf16.err.find("--weights bf16 is not built"), std::string::npos) << bf16.err;
+  expect_refused("generate --backend cuda --weights bf16" + m, "--weights bf16 is not built");
 }
 
 // --decode-kernel persistent chooses how the GPU engine runs decode steps: refused on the CPU, with
@@ -620,24 +616,18 @@ TEST(DecodeKernelCli, RefusedWhereItCannotApply) {
   test::TempDir d;
   ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
   const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
-  auto cpu = test::run_cli("generate --decode-kernel persistent" + m);
-  EXPECT_EQ(cpu.exit_code, 1);
-  EXPECT_NE(cpu.err.find("--decode-kernel persistent runs the GPU engine's decode steps"), std::string::npos) << cpu.err;
-  auto ref = test::run_cli("generate --backend cuda --precision bf16 --decode-kernel persistent" + m);
-  EXPECT_EQ(ref.exit_code, 1);
-  EXPECT_NE(ref.err.find("this run is --backend cuda --precision bf16"), std::string::npos) << ref.err;
-  auto spec = test::run_cli("generate --backend cuda --decode-kernel persistent --speculative ngram:2" + m);
-  EXPECT_EQ(spec.exit_code, 1);
-  EXPECT_NE(spec.err.find("--decode-kernel persistent with --speculative"), std::string::npos) << spec.err;
-  auto blocks = test::run_cli("generate --backend cuda --persistent-blocks 2" + m);
-  EXPECT_EQ(blocks.exit_code, 1);
-  EXPECT_NE(blocks.err.find("--persistent-blocks applies to the persistent decode kernel"), std::string::npos) << blocks.err;
-  auto bench = test::run_cli("bench --backend cpu --decode-kernel persistent --model " + (d / "m"));
-  EXPECT_EQ(bench.exit_code, 1);
-  EXPECT_NE(bench.err.find("--decode-kernel persistent runs the GPU engine's decode steps"), std::string::npos) << bench.err;
-  auto timeline = test::run_cli("bench --backend cuda --timeline " + (d / "t.json") + " --model " + (d / "m"));
-  EXPECT_EQ(timeline.exit_code, 1);
-  EXPECT_NE(timeline.err.find("--timeline applies to the persistent decode kernel"), std::string::npos) << timeline.err;
+  expect_refused("generate --decode-kernel persistent" + m,
+                 "--decode-kernel persistent runs the GPU engine's decode steps");
+  expect_refused("generate --backend cuda --precision bf16 --decode-kernel persistent" + m,
+                 "this run is --backend cuda --precision bf16");
+  expect_refused("generate --backend cuda --decode-kernel persistent --speculative ngram:2" + m,
+                 "--decode-kernel persistent with --speculative");
+  expect_refused("generate --backend cuda --persistent-blocks 2" + m,
+                 "--persistent-blocks applies to the persistent decode kernel");
+  expect_refused("bench --backend cpu --decode-kernel persistent --model " + (d / "m"),
+                 "--decode-kernel persistent runs the GPU engine's decode steps");
+  expect_refused("bench --backend cuda --timeline " + (d / "t.json") + " --model " + (d / "m"),
+                 "--timeline applies to the persistent decode kernel");
   auto bad = test::run_cli("generate --decode-kernel fused" + m);
   EXPECT_NE(bad.exit_code, 0);
 }
@@ -649,17 +639,11 @@ TEST(KvCacheCli, Fp8IsTheEngineCacheOrItsEmulation) {
   test::TempDir d;
   ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
   const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
-  auto fp32 = test::run_cli("generate --kv-cache-dtype fp8" + m);
-  EXPECT_EQ(fp32.exit_code, 1);
-  EXPECT_NE(fp32.err.find("--kv-cache-dtype fp8 chooses the engine's GPU KV cache"), std::string::npos) << fp32.err;
-  auto serve = test::run_cli("serve --backend cpu --kv-cache-dtype fp8 --model " + (d / "m") + " --port 1");
-  EXPECT_EQ(serve.exit_code, 1);
-  EXPECT_NE(serve.err.find("--kv-cache-dtype fp8"), std::string::npos) << serve.err;
+  expect_refused("generate --kv-cache-dtype fp8" + m, "--kv-cache-dtype fp8 chooses the engine's GPU KV cache");
+  expect_refused("serve --backend cpu --kv-cache-dtype fp8 --model " + (d / "m") + " --port 1", "--kv-cache-dtype fp8");
   auto bench = test::run_cli("bench --backend cpu --kv-cache-dtype fp8 --model " + (d / "m"));
   EXPECT_EQ(bench.exit_code, 1);
-  auto ref = test::run_cli("generate --backend cuda --precision bf16 --kv-cache-dtype fp8" + m);
-  EXPECT_EQ(ref.exit_code, 1);
-  EXPECT_NE(ref.err.find("--kv-cache-dtype fp8 chooses"), std::string::npos) << ref.err;
+  expect_refused("generate --backend cuda --precision bf16 --kv-cache-dtype fp8" + m, "--kv-cache-dtype fp8 chooses");
   auto bad = test::run_cli("generate --kv-cache-dtype fp4" + m);
   EXPECT_NE(bad.exit_code, 0);
   auto emu = test::run_cli("generate --precision mxfp4 --kv-cache-dtype fp8" + m);
@@ -679,13 +663,9 @@ TEST(KvCacheCli, Fp16IsTheEngineCacheOrItsEmulation) {
   test::TempDir d;
   ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
   const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
-  auto fp32 = test::run_cli("generate --kv-cache-dtype fp16" + m);
-  EXPECT_EQ(fp32.exit_code, 1);
-  EXPECT_NE(fp32.err.find("--kv-cache-dtype fp16 chooses the engine's GPU KV cache"), std::string::npos) << fp32.err;
-  auto ref = test::run_cli("logits --backend cuda --precision bf16 --kv-cache-dtype fp16 --model " + (d / "m") +
-                           " --tokens 5 --out " + (d / "x.npy"));
-  EXPECT_EQ(ref.exit_code, 1);
-  EXPECT_NE(ref.err.find("--kv-cache-dtype fp16 chooses"), std::string::npos) << ref.err;
+  expect_refused("generate --kv-cache-dtype fp16" + m, "--kv-cache-dtype fp16 chooses the engine's GPU KV cache");
+  expect_refused("logits --backend cuda --precision bf16 --kv-cache-dtype fp16 --model " + (d / "m") +
+                           " --tokens 5 --out " + (d / "x.npy"), "--kv-cache-dtype fp16 chooses");
   auto emu = test::run_cli("generate --precision mxfp4 --kv-cache-dtype fp16" + m);
   EXPECT_EQ(emu.exit_code, 0) << emu.err;
   const std::string tokens = " --model " + (d / "m") + " --tokens 5,6,7,8,9,10,11,12,13,14,15,16";
@@ -723,13 +703,9 @@ TEST(LogitsCli, TokensFileWritesEachSequenceAsTokensWould) {
   EXPECT_FALSE(std::filesystem::exists(d / "out/3.npy"));
   auto both = test::run_cli("logits" + m + " --tokens 1 --tokens-file " + (d / "seqs.txt") + " --out " + (d / "x"));
   EXPECT_NE(both.exit_code, 0);
-  auto none = test::run_cli("logits" + m + " --out " + (d / "x"));
-  EXPECT_EQ(none.exit_code, 1);
-  EXPECT_NE(none.err.find("--tokens or --tokens-file is required"), std::string::npos) << none.err;
+  expect_refused("logits" + m + " --out " + (d / "x"), "--tokens or --tokens-file is required");
   test::write_file(d / "bad.txt", "1,2\nabc\n");
-  auto bad = test::run_cli("logits" + m + " --tokens-file " + (d / "bad.txt") + " --out " + (d / "badout"));
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("bad.txt line 2"), std::string::npos) << bad.err;
+  expect_refused("logits" + m + " --tokens-file " + (d / "bad.txt") + " --out " + (d / "badout"), "bad.txt line 2");
   EXPECT_FALSE(std::filesystem::exists(d / "badout"));
 }
 
@@ -762,12 +738,9 @@ TEST(BenchCli, GpuOptionsRefusedOnTheCpu) {
 // `bench --backend cuda --prefill-lens "" --batches ""` times the MoE table alone; without
 // --moe-batches there is nothing to time, said before the GPU or the model is touched.
 TEST(BenchCli, NothingToTimeIsRefused) {
-  auto r = test::run_cli("bench --backend cuda --model /nonexistent/dir --prefill-lens '' --batches ''");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("nothing to time"), std::string::npos) << r.err;
-  auto bad = test::run_cli("bench --backend cuda --model /nonexistent/dir --prefill-lens '' --batches '' --moe-batches 0");
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("--moe-batches"), std::string::npos) << bad.err;
+  expect_refused("bench --backend cuda --model /nonexistent/dir --prefill-lens '' --batches ''", "nothing to time");
+  expect_refused("bench --backend cuda --model /nonexistent/dir --prefill-lens '' --batches '' --moe-batches 0",
+                 "--moe-batches");
 }
 
 // `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.
@@ -786,9 +759,7 @@ TEST(GenerateCli, PromptsFileEqualsOneRunPerPrompt) {
   EXPECT_EQ(many.out, expect);
   EXPECT_EQ(std::count(many.out.begin(), many.out.end(), '\n'), 3);
   test::write_file(d / "bad.txt", "5,6\n5,x\n");
-  auto bad = test::run_cli("generate --model " + (d / "m") + " --prompts " + (d / "bad.txt") + " --max-tokens 2");
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("line 2"), std::string::npos) << bad.err;
+  expect_refused("generate --model " + (d / "m") + " --prompts " + (d / "bad.txt") + " --max-tokens 2", "line 2");
   auto both = test::run_cli("generate --model " + (d / "m") + " --prompts " + (d / "bad.txt") + " --tokens 1 --max-tokens 2");
   EXPECT_NE(both.exit_code, 0);
 }
