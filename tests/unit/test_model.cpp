@@ -28,14 +28,7 @@
 namespace osprey {
 namespace {
 
-// Runs the CLI with these arguments and expects a refusal: exit status 1 and `says` on stderr.
-void expect_refused(const std::string& args, const std::string& says) {
-  SCOPED_TRACE(args);
-  const test::CliResult r = test::run_cli(args);
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
-}
-
+using test::expect_refused;
 using test::TempDir;
 
 double rel_err(const float* a, const float* b, size_t n) {
@@ -664,8 +657,9 @@ TEST(KvCacheCli, Fp16IsTheEngineCacheOrItsEmulation) {
   ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
   const std::string m = " --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 --greedy";
   expect_refused("generate --kv-cache-dtype fp16" + m, "--kv-cache-dtype fp16 chooses the engine's GPU KV cache");
-  expect_refused("logits --backend cuda --precision bf16 --kv-cache-dtype fp16 --model " + (d / "m") +
-                           " --tokens 5 --out " + (d / "x.npy"), "--kv-cache-dtype fp16 chooses");
+  expect_refused("logits --backend cuda --precision bf16 --kv-cache-dtype fp16 --model " + (d / "m") + " --tokens 5 --out " +
+                     (d / "x.npy"),
+                 "--kv-cache-dtype fp16 chooses");
   auto emu = test::run_cli("generate --precision mxfp4 --kv-cache-dtype fp16" + m);
   EXPECT_EQ(emu.exit_code, 0) << emu.err;
   const std::string tokens = " --model " + (d / "m") + " --tokens 5,6,7,8,9,10,11,12,13,14,15,16";

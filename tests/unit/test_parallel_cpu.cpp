@@ -202,15 +202,9 @@ TEST(ShardedCpuGroup, GenerateCli) {
   ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
   EXPECT_EQ(sharded.out, plain.out);
   EXPECT_NE(sharded.err.find("sharded: tp2 dp1 ep2 (2 ranks as threads)"), std::string::npos) << sharded.err;
-  auto gpu = test::run_cli(m + " --tp 2 --backend cuda");
-  EXPECT_EQ(gpu.exit_code, 1);
-  EXPECT_NE(gpu.err.find("the GPU layouts (NCCL, one process per GPU) are not built yet"), std::string::npos) << gpu.err;
-  auto bf16 = test::run_cli(m + " --tp 2 --precision bf16");
-  EXPECT_EQ(bf16.exit_code, 1);
-  EXPECT_NE(bf16.err.find("the sharded CPU forward is fp32"), std::string::npos) << bf16.err;
-  auto heads = test::run_cli(m + " --tp 4");
-  EXPECT_EQ(heads.exit_code, 1);
-  EXPECT_NE(heads.err.find("6 attention heads do not split over tp 4"), std::string::npos) << heads.err;
+  test::expect_refused(m + " --tp 2 --backend cuda", "the GPU layouts (NCCL, one process per GPU) are not built yet");
+  test::expect_refused(m + " --tp 2 --precision bf16", "the sharded CPU forward is fp32");
+  test::expect_refused(m + " --tp 4", "6 attention heads do not split over tp 4");
   // `logits --tp 2 --ep 2`: every position's logits, the unsharded ones up to the order of the
   // all-reduced sums.
   auto l = test::run_cli("logits --model " + (d / "m") + " --tokens 5,6,7,8 --tp 2 --ep 2 --out " + (d / "l.npy"));
@@ -222,16 +216,14 @@ TEST(ShardedCpuGroup, GenerateCli) {
   KvCache kv = ref.new_cache();
   const std::vector<int32_t> toks = {5, 6, 7, 8};
   EXPECT_LT(rel_diff(npy.data, ref.forward(toks, kv, true)), 1e-5);
-  auto lgpu = test::run_cli("logits --model " + (d / "m") + " --tokens 5 --tp 2 --backend cuda --out " + (d / "x.npy"));
-  EXPECT_EQ(lgpu.exit_code, 1);
-  EXPECT_NE(lgpu.err.find("the GPU layouts (NCCL, one process per GPU) are not built yet"), std::string::npos) << lgpu.err;
+  test::expect_refused("logits --model " + (d / "m") + " --tokens 5 --tp 2 --backend cuda --out " + (d / "x.npy"),
+                       "the GPU layouts (NCCL, one process per GPU) are not built yet");
 }
 
 // logits --no-cublaslt is the GPU fp8 path's switch: refused anywhere else.
 TEST(LogitsCli, NoCublasltRefusedOffTheGpuFp8Path) {
-  auto r = test::run_cli("logits --model /nonexistent --tokens 1 --out /tmp/x.npy --no-cublaslt");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("--no-cublaslt applies to the GPU's fp8 path"), std::string::npos) << r.err;
+  test::expect_refused("logits --model /nonexistent --tokens 1 --out /tmp/x.npy --no-cublaslt",
+                       "--no-cublaslt applies to the GPU's fp8 path");
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
-// Small helpers shared by the tests: temporary directories, raw files, running the CLI.
+// Small helpers shared by the tests: temporary directories, raw files, running the CLI and expecting
+// its refusals.
 #pragma once
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <random>
 #include <string>
 #include <sys/wait.h>
@@ -51,6 +53,14 @@ inline CliResult run_cli(const std::string& args) {
   std::string cmd = std::string(OSPREY_BINARY) + " " + args + " >" + (t / "out") + " 2>" + (t / "err");
   int rc = std::system(cmd.c_str());
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(t / "out"), read_file(t / "err")};
+}
+
+// Runs the CLI with these arguments and expects a refusal: exit status 1 and `says` on stderr.
+inline void expect_refused(const std::string& args, const std::string& says) {
+  SCOPED_TRACE(args);
+  const CliResult r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
 }
 
 }  // namespace osprey::test
