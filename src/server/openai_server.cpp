@@ -12,7 +12,10 @@
 #include "harmony/chat_request.h"
 #include "harmony/o200k.h"
 #include "harmony/renderer.h"
+#include "server/api_error.h"
 #include "server/chat_output.h"
+#include "server/metrics_text.h"
+#include "server/request_fields.h"
 #include "server/request_json.h"
 #include "server/responses_api.h"
 #include "server/structured_output.h"
@@ -20,19 +23,6 @@
 namespace osprey::server {
 
 namespace {
-
-// An OpenAI-style error, raised anywhere in a handler and turned into the response.
-struct ApiError : std::runtime_error {
-  int status;
-  std::string type, param, code;
-  ApiError(int s, std::string msg, std::string t = "invalid_request_error", std::string p = "", std::string c = "")
-      : std::runtime_error(std::move(msg)), status(s), type(std::move(t)), param(std::move(p)), code(std::move(c)) {}
-};
-
-json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
-  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)},
-                     {"code", code.empty() ? json() : json(code)}}}};
-}
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
@@ -62,52 +52,6 @@ struct Envelope {
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Field readers that name the field in their errors.
-template <typename T>
-T get_field(const json& body, const char* key, T fallback);
-
-template <>
-double get_field(const json& b, const char* key, double fallback) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return fallback;
-  if (!it->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), "invalid_request_error", key);
-  return it->get<double>();
-}
-template <>
-int64_t get_field(const json& b, const char* key, int64_t fallback) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) throw ApiError(400, fmt::format("'{}' must be an integer", key), "invalid_request_error", key);
-  return it->get<int64_t>();
-}
-template <>
-bool get_field(const json& b, const char* key, bool fallback) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), "invalid_request_error", key);
-  return it->get<bool>();
-}
-
-bool wants_usage(const json& b) {
-  auto so = b.find("stream_options");
-  return so != b.end() && so->is_object() && get_field<bool>(*so, "include_usage", false);
-}
-
-std::vector<std::string> stop_strings(const json& b) {
-  auto it = b.find("stop");
-  if (it == b.end() || it->is_null()) return {};
-  if (it->is_string()) return {it->get<std::string>()};
-  if (it->is_array() && it->size() <= 4) {
-    std::vector<std::string> v;
-    for (auto& s : *it) {
-      if (!s.is_string()) throw ApiError(400, "'stop' entries must be strings", "invalid_request_error", "stop");
-      v.push_back(s.get<std::string>());
-    }
-    return v;
-  }
-  throw ApiError(400, "'stop' must be a string or an array of at most 4 strings", "invalid_request_error", "stop");
 }
 
 }  // namespace
@@ -246,8 +190,6 @@ struct OpenAiServer::Impl {
   };
 
   // ------------------------------------------------------------------ shared request pieces
-  // The endpoint a body is for: /v1/responses checks its own field list when it is mapped.
-  enum class Endpoint { Chat, Completions, Responses };
   json parse_body(const httplib::Request& req, Endpoint endpoint) {
     json b;
     try {
@@ -266,119 +208,8 @@ struct OpenAiServer::Impl {
     if (n < 1 || n > engine.config().max_batch)
       throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
                      "invalid_request_error", "n");
-    if (endpoint != Endpoint::Responses) refuse_unknown(b, endpoint), refuse_unhonoured(b);
+    if (endpoint != Endpoint::Responses) refuse_unknown_fields(b, endpoint), refuse_unhonoured_fields(b);
     return b;
-  }
-
-  // Every field of a chat or completions request is one osprey honours, one it refuses by value
-  // (refuse_unhonoured), or an identifier that changes nothing in the answer (user, metadata,
-  // prompt_cache_key, safety_identifier). Any other is refused with a 400 naming it, as OpenAI's
-  // API does, not ignored: a vLLM-style min_p or repetition_penalty would otherwise be dropped
-  // without a word. (/v1/responses checks its own list: responses_api.cpp.)
-  static void refuse_unknown(const json& b, Endpoint endpoint) {
-    static const std::set<std::string> kCommon = {
-        "model", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-        "top_k", "seed", "stop", "logit_bias", "presence_penalty", "frequency_penalty", "logprobs", "ignore_eos",
-        "speculative", "user", "metadata", "store", "service_tier"};
-    static const std::set<std::string> kChat = {
-        "messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "response_format", "reasoning_effort",
-        "reasoning", "reasoning_budget", "modalities", "verbosity", "audio", "prediction", "web_search_options",
-        "functions", "function_call", "prompt_cache_key", "safety_identifier"};
-    static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix", "response_format"};
-    const bool chat = endpoint == Endpoint::Chat;
-    for (auto it = b.begin(); it != b.end(); ++it)
-      if (!kCommon.count(it.key()) && !(chat ? kChat : kCompletions).count(it.key()))
-        throw ApiError(400,
-                       fmt::format("Unrecognized request argument supplied: {} (not a field of {} that osprey serves)",
-                                   it.key(), chat ? "/v1/chat/completions" : "/v1/completions"),
-                       "invalid_request_error", it.key());
-    // stream_options, as OpenAI's API takes it: only with stream true; include_usage honoured,
-    // include_obfuscation false accepted (the chunks carry no obfuscation padding), nothing else.
-    if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
-      auto stream = b.find("stream");
-      if (stream == b.end() || *stream != true)
-        throw ApiError(400, "'stream_options' is only allowed when 'stream' is true", "invalid_request_error",
-                       "stream_options");
-      if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "invalid_request_error", "stream_options");
-      for (auto it = so->begin(); it != so->end(); ++it) {
-        const std::string field = "stream_options." + it.key();
-        if (it.key() == "include_usage" || it.key() == "include_obfuscation") {
-          if (!it->is_boolean() && !it->is_null())
-            throw ApiError(400, fmt::format("'{}' must be a boolean", field), "invalid_request_error", field);
-          if (it.key() == "include_obfuscation" && *it == true)
-            throw ApiError(400, "'stream_options.include_obfuscation' is not supported: the chunks carry no obfuscation padding",
-                           "invalid_request_error", field);
-          continue;
-        }
-        throw ApiError(400, fmt::format("Unrecognized request argument supplied: {}", field), "invalid_request_error", field);
-      }
-    }
-  }
-
-  // Fields osprey does not honour are refused with a 400 naming them, never ignored. Their
-  // neutral values (echo false, best_of 1, an empty suffix) pass.
-  static void refuse_unhonoured(const json& b) {
-    auto given = [&](const char* key) -> const json* {
-      auto it = b.find(key);
-      return it == b.end() || it->is_null() ? nullptr : &*it;
-    };
-    auto refuse = [](const char* key, const std::string& why) {
-      throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), "invalid_request_error", key);
-    };
-    if (const json* v = given("echo"); v && *v != false) refuse("echo", "the prompt is not echoed");
-    if (const json* v = given("best_of"); v && *v != 1) refuse("best_of", "only 1 is supported");
-    if (const json* v = given("suffix"); v && !(v->is_string() && v->get_ref<const std::string&>().empty()))
-      refuse("suffix", "insertion is not supported");
-    if (const json* v = given("parallel_tool_calls"); v && !v->is_boolean())
-      throw ApiError(400, "'parallel_tool_calls' must be a boolean", "invalid_request_error", "parallel_tool_calls");
-    // OpenAI fields that would change the answer and that osprey does not serve.
-    for (const char* key : {"audio", "prediction", "web_search_options", "functions", "function_call"})
-      if (given(key)) refuse(key, "this server serves gpt-oss text chat with `tools` (not audio, predicted outputs, web search or legacy functions)");
-    if (const json* v = given("modalities"); v && *v != json::array({"text"})) refuse("modalities", "only [\"text\"]");
-    if (const json* v = given("store"); v && *v != false) refuse("store", "chat completions are not stored (use /v1/responses)");
-    if (const json* v = given("service_tier"); v && *v != "auto" && *v != "default") refuse("service_tier", "only auto or default");
-    if (const json* v = given("verbosity"); v && *v != "medium") refuse("verbosity", "only medium");
-  }
-
-  // logit_bias, presence_penalty, frequency_penalty.
-  static LogitAdjust logit_adjust(const json& b, int vocab) {
-    LogitAdjust a;
-    a.presence = float(get_field<double>(b, "presence_penalty", 0.0));
-    a.frequency = float(get_field<double>(b, "frequency_penalty", 0.0));
-    for (auto [key, v] : {std::pair{"presence_penalty", a.presence}, std::pair{"frequency_penalty", a.frequency}})
-      if (!(v >= -2 && v <= 2)) throw ApiError(400, fmt::format("'{}' must be between -2 and 2", key), "invalid_request_error", key);
-    if (auto lb = b.find("logit_bias"); lb != b.end() && !lb->is_null()) {
-      if (!lb->is_object()) throw ApiError(400, "'logit_bias' must map token ids to biases", "invalid_request_error", "logit_bias");
-      if (lb->size() > 1024) throw ApiError(400, "'logit_bias' holds at most 1024 tokens", "invalid_request_error", "logit_bias");
-      for (auto it = lb->begin(); it != lb->end(); ++it) {
-        char* end = nullptr;
-        const long id = std::strtol(it.key().c_str(), &end, 10);
-        if (it.key().empty() || *end || id < 0 || id >= vocab)
-          throw ApiError(400, fmt::format("logit_bias key '{}' is not a token id in [0, {})", it.key(), vocab),
-                         "invalid_request_error", "logit_bias");
-        if (!it.value().is_number() || !(it.value().get<double>() >= -100 && it.value().get<double>() <= 100))
-          throw ApiError(400, fmt::format("logit_bias[{}] must be a number between -100 and 100", it.key()),
-                         "invalid_request_error", "logit_bias");
-        a.bias.push_back({int32_t(id), float(it.value().get<double>())});
-      }
-    }
-    return a;
-  }
-
-  // chat: logprobs true with top_logprobs 0..20; completions: logprobs k in 0..20. -1: none.
-  static int logprobs_of(const json& b, bool chat) {
-    if (chat) {
-      const bool on = get_field<bool>(b, "logprobs", false);
-      const int64_t top = get_field<int64_t>(b, "top_logprobs", -1);
-      if (top >= 0 && !on) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "invalid_request_error", "top_logprobs");
-      if (top > 20) throw ApiError(400, "'top_logprobs' must be between 0 and 20", "invalid_request_error", "top_logprobs");
-      return on ? int(std::max<int64_t>(top, 0)) : -1;
-    }
-    auto it = b.find("logprobs");
-    if (it == b.end() || it->is_null()) return -1;
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 20)
-      throw ApiError(400, "'logprobs' must be an integer between 0 and 20", "invalid_request_error", "logprobs");
-    return int(it->get<int64_t>());
   }
 
   // One token's chat logprob entry: token text, logprob, bytes, and the alternatives.
@@ -424,8 +255,8 @@ struct OpenAiServer::Impl {
     if (!(g.sampling.top_p > 0 && g.sampling.top_p <= 1))
       throw ApiError(400, "'top_p' must be in (0, 1]", "invalid_request_error", "top_p");
     if (g.sampling.top_k < 0) throw ApiError(400, "'top_k' must be >= 0", "invalid_request_error", "top_k");
-    g.adjust = logit_adjust(b, engine.model_config().vocab);
-    g.logprobs = logprobs_of(b, chat);
+    g.adjust = logit_adjust_fields(b, engine.model_config().vocab);
+    g.logprobs = logprobs_field(b, chat);
     // osprey's extension: speculative decoding for this request (the server's --speculative-default
     // when absent); the engine refuses true where it cannot run it, with the reason.
     if (auto it = b.find("speculative"); it != b.end() && !it->is_null()) {
@@ -513,7 +344,7 @@ struct OpenAiServer::Impl {
     p.prompt_len = int(g.prompt.size());
     p.n = int(get_field<int64_t>(b, "n", 1));
     p.want_logprobs = g.logprobs >= 0;
-    p.stops = stop_strings(b);
+    p.stops = stop_field(b);
     p.handles = submit_choices(std::move(g), p.n, ticket, constraint);
     return p;
   }
@@ -683,7 +514,7 @@ struct OpenAiServer::Impl {
     GenerationRequest g = generation(b, std::move(prompt), /*chat=*/false);
     const int prompt_len = int(g.prompt.size()), n = int(get_field<int64_t>(b, "n", 1));
     const bool want_logprobs = g.logprobs >= 0;
-    const std::vector<std::string> stops = stop_strings(b);  // checked before anything runs
+    const std::vector<std::string> stops = stop_field(b);  // checked before anything runs
     const Handles handles = submit_choices(std::move(g), n, *ticket, nullptr);
     const Envelope env{new_id("cmpl-"), cfg.model_id, unix_now()};
     // Per choice: its text as it decodes, cut at the stop strings, and its logprobs (OpenAI's
@@ -937,116 +768,12 @@ struct OpenAiServer::Impl {
 
   // ------------------------------------------------------------------ metrics
   std::string metrics_text() {
-    EngineMetrics m = engine.metrics();
-    std::string s;
-    auto counter = [&](const char* name, const char* help, double v) {
-      s += fmt::format("# HELP osprey_{0} {1}\n# TYPE osprey_{0} counter\nosprey_{0} {2}\n", name, help, v);
-    };
-    auto gauge = [&](const char* name, const char* help, double v) {
-      s += fmt::format("# HELP osprey_{0} {1}\n# TYPE osprey_{0} gauge\nosprey_{0} {2}\n", name, help, v);
-    };
-    auto hist = [&](const char* name, const char* help, const Histogram& h) {
-      s += fmt::format("# HELP osprey_{0} {1}\n# TYPE osprey_{0} histogram\n", name, help);
-      uint64_t cum = 0;
-      for (size_t i = 0; i < h.bounds.size(); ++i) {
-        cum += h.counts[i];
-        s += fmt::format("osprey_{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds[i], cum);
-      }
-      s += fmt::format("osprey_{0}_bucket{{le=\"+Inf\"}} {1}\nosprey_{0}_sum {2}\nosprey_{0}_count {1}\n", name, h.count, h.sum);
-    };
-    counter("requests_total", "Requests accepted.", double(m.requests_total));
-    counter("requests_finished_total", "Requests finished (any reason).", double(m.requests_finished));
-    counter("requests_cancelled_total", "Requests cancelled (client gone or stop string).", double(m.requests_cancelled));
-    counter("requests_rejected_total", "Requests refused because the queue was full.", double(m.requests_rejected));
-    counter("prompt_tokens_total", "Prompt tokens of accepted requests.", double(m.prompt_tokens));
-    counter("generation_tokens_total", "Tokens generated.", double(m.generated_tokens));
-    counter("preemptions_total", "Sequences preempted for KV blocks.", double(m.preemptions));
-    gauge("queue_depth", "Requests waiting to start.", m.queue_depth);
-    gauge("http_requests_admitted", "Generation requests the server holds: running, queued, or being read or written.",
-          admitted.load());
-    gauge("http_connections_waiting", "Connections accepted and waiting for an HTTP thread.", connections_waiting.load());
-    counter("client_disconnects_total", "Requests cancelled because their client went away (stop strings not counted).",
-            double(client_disconnects.load()));
-    gauge("running_batch_size", "Sequences in the running batch.", m.running);
-    gauge("kv_cache_blocks_used", "KV-cache blocks in use.", m.kv_blocks_used);
-    gauge("kv_cache_blocks_free", "KV-cache blocks free.", m.kv_blocks_free);
-    hist("time_to_first_token_seconds", "Time to first token.", m.ttft);
-    hist("engine_step_seconds", "Wall time of an engine step (scheduling, the model, token selection).", m.step);
-    hist("constraint_mask_seconds", "Host time computing the token masks of a step's constrained rows.", m.mask);
-    counter("constraint_masked_rows_total", "Rows whose next token a constraint masked.", double(m.masked_rows));
-    const grammar::MaskStats gs = grammars.stats();
-    counter("grammar_masks_cached_total", "Grammar token masks served from the per-state cache.", double(gs.cached));
-    counter("grammar_masks_computed_total", "Grammar token masks computed (cache misses).", double(gs.computed));
-    hist("inter_token_latency_seconds", "Time between consecutive tokens of a request.", m.itl);
-    hist("e2e_request_latency_seconds", "Time from a request's arrival to its last token (finished by stop or length).", m.e2e);
-    gauge("kv_cache_blocks_cached", "KV-cache blocks that only the prefix cache holds (reusable, evictable).", m.kv_blocks_cached);
-    gauge("kv_cache_usage_ratio", "Fraction of KV-cache blocks held by sequences (0-1; cached-only blocks count as free).",
-          m.kv_usage);
-    counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(m.prefix.queries));
-    counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not computed).", double(m.prefix.hits));
-    counter("prefix_cache_evictions_total", "Cached KV blocks evicted for new ones.", double(m.prefix.evictions));
-    gauge("prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / looked up, since start.",
-          m.prefix.queries ? double(m.prefix.hits) / double(m.prefix.queries) : 0.0);
-    counter("spec_decode_num_drafts_total", "Speculative verify chunks (a sequence's drafts checked in one step).",
-            double(m.spec_drafts));
-    counter("spec_decode_num_draft_tokens_total", "Draft tokens verified.", double(m.spec_draft_tokens));
-    counter("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", double(m.spec_accepted_tokens));
-    counter("spec_decode_emitted_tokens_total", "Tokens emitted by verify chunks (accepted drafts and the target's own).",
-            double(m.spec_emitted));
-    counter("spec_decode_steps_total", "Engine steps that verified drafts.", double(m.spec_steps));
-    counter("spec_decode_propose_seconds_total", "Host time spent proposing drafts.", m.spec_propose_seconds);
-    gauge("spec_decode_acceptance_rate", "Draft tokens accepted / verified, since start.",
-          m.spec_draft_tokens ? double(m.spec_accepted_tokens) / double(m.spec_draft_tokens) : 0.0);
-    gauge("spec_decode_mean_acceptance_length", "Tokens per verify chunk (1 + accepted drafts), since start.",
-          m.spec_drafts ? double(m.spec_emitted) / double(m.spec_drafts) : 0.0);
-    vllm_metrics(m, s);
-    return s;
-  }
-
-  // The names the Gateway API Inference Extension's model-server protocol and vLLM dashboards
-  // read (vLLM v1's, with its labels): queue, running batch, KV usage as a fraction, prefix cache
-  // counters in tokens, the latency histograms with vLLM's bounds, token counters, cache config.
-  void vllm_metrics(const EngineMetrics& m, std::string& s) const {
-    const std::string labels = fmt::format("model_name=\"{}\",engine=\"0\"", cfg.model_id);
-    auto one = [&](const char* name, const char* type, const char* help, double v) {
-      s += fmt::format("# HELP vllm:{0} {1}\n# TYPE vllm:{0} {2}\nvllm:{0}{{{3}}} {4}\n", name, help, type, labels, v);
-    };
-    auto hist = [&](const char* name, const char* help, const Histogram& h) {
-      s += fmt::format("# HELP vllm:{0} {1}\n# TYPE vllm:{0} histogram\n", name, help);
-      uint64_t cum = 0;
-      for (size_t i = 0; i < h.bounds.size(); ++i) {
-        cum += h.counts[i];
-        s += fmt::format("vllm:{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, h.bounds[i], cum);
-      }
-      s += fmt::format("vllm:{0}_bucket{{{1},le=\"+Inf\"}} {2}\nvllm:{0}_sum{{{1}}} {3}\nvllm:{0}_count{{{1}}} {2}\n", name,
-                       labels, h.count, h.sum);
-    };
-    one("num_requests_running", "gauge", "Number of requests in model execution batches.", m.running);
-    one("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", m.queue_depth);
-    one("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", m.kv_usage);
-    one("gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage (the name before vLLM 0.9).", m.kv_usage);
-    one("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
-        double(m.prefix.queries));
-    one("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", double(m.prefix.hits));
-    one("prompt_tokens_total", "counter", "Number of prefill tokens processed.", double(m.prompt_tokens));
-    one("generation_tokens_total", "counter", "Number of generation tokens processed.", double(m.generated_tokens));
-    one("num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", double(m.preemptions));
-    hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft);
-    hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl);
-    hist("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e);
-    one("spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", double(m.spec_drafts));
-    one("spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", double(m.spec_draft_tokens));
-    one("spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", double(m.spec_accepted_tokens));
-    if (!m.spec_accepted_per_pos.empty()) {
-      s += "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.\n"
-           "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n";
-      for (size_t i = 0; i < m.spec_accepted_per_pos.size(); ++i)
-        s += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", labels, i,
-                         m.spec_accepted_per_pos[i]);
-    }
-    s += fmt::format("# HELP vllm:cache_config_info Information of the KV cache.\n# TYPE vllm:cache_config_info gauge\n"
-                     "vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\"}} 1\n",
-                     engine.kv_block_size(), engine.kv_blocks(), engine.config().prefix_caching ? "True" : "False");
+    return prometheus_text(engine.metrics(),
+                           {.admitted = admitted.load(), .connections_waiting = connections_waiting.load(),
+                            .client_disconnects = client_disconnects.load()},
+                           grammars.stats(), cfg.model_id,
+                           {.block_size = engine.kv_block_size(), .blocks = engine.kv_blocks(),
+                            .prefix_caching = engine.config().prefix_caching});
   }
 
   // ------------------------------------------------------------------ wiring
