@@ -63,10 +63,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--model", args->model, "checkpoint directory");
   add_bench_serve(cmd);
   add_bench_grammar(cmd);
-  cmd->add_option("--prompt-len", args->prompt_len, "prompt tokens (random ids)")->check(CLI::PositiveNumber);
-  cmd->add_option("--decode-tokens", args->decode_tokens, "tokens to decode")->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-len", args->prompt_len, "cpu: prompt tokens (random ids)")->check(CLI::PositiveNumber);
+  cmd->add_option("--decode-tokens", args->decode_tokens, "cpu: tokens to decode")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "seed of the random prompt");
-  cmd->add_option("--membw-mib", args->membw_mib, "buffer size for the bandwidth measurement")->check(CLI::PositiveNumber);
+  cmd->add_option("--membw-mib", args->membw_mib, "cpu: buffer size for the bandwidth measurement")->check(CLI::PositiveNumber);
   cmd->add_option("--backend", args->backend, "cpu | cuda (the FP8 Hopper path)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--prefill-lens", cu->prefill_lens, "cuda: prompt lengths to time");
   cmd->add_option("--batches", cu->batches, "cuda: decode batch sizes");
@@ -100,17 +100,45 @@ void add_bench(CLI::App& app) {
                   "cuda: with --decode-kernel persistent, write its per-SM timeline of one step of the first decode "
                   "point here (JSON; bench/timeline_png.py draws it)");
   cu->weights.add(cmd);
+  // `bench serve` and `bench grammar` take their own options (after their name); bench's own would
+  // be dropped. Checked once parsing is done, before any subcommand runs.
+  cmd->parse_complete_callback([cmd] {
+    for (const char* sub : {"serve", "grammar"})
+      if (cmd->got_subcommand(sub))
+        for (const CLI::Option* o : cmd->get_options())
+          if (o->count() > 0)
+            fail("bench {0}: {1} is an option of `bench` itself, which `bench {0}` does not read", sub, o->get_name());
+  });
   cmd->callback([args, cu, cmd] {
     if (cmd->got_subcommand("serve") || cmd->got_subcommand("grammar")) return;
+    auto given = [&](const char* name) { return cmd->get_option(name)->count() > 0; };
+    auto for_backend = [](const CLI::Option* o, const char* prefix) { return o->get_description().rfind(prefix, 0) == 0; };
     cu->weights.check(args->backend, "");
     cu->decode_kernel.check(args->backend, "");
     if (args->model.empty()) fail("bench: --model is required (or use `bench serve` or `bench grammar`)");
-    // The GPU bench's options (their help begins "cuda:") have no meaning on the CPU: refused.
-    if (args->backend != "cuda")
-      for (const CLI::Option* o : cmd->get_options())
-        if (o->count() > 0 && o->get_description().rfind("cuda:", 0) == 0)
-          fail("bench: {} applies to --backend cuda", o->get_name());
-    if (args->backend == "cuda") {
+    // Each bench's options (their help begins "cuda:" or "cpu:") have no meaning on the other: refused.
+    const bool cuda = args->backend == "cuda";
+    for (const CLI::Option* o : cmd->get_options())
+      if (o->count() > 0 && for_backend(o, cuda ? "cpu:" : "cuda:"))
+        fail("bench: {} applies to --backend {}", o->get_name(), cuda ? "cpu" : "cuda");
+    if (cuda) {
+      if (cu->temperature == 0.0f)
+        for (const char* o : {"--top-p", "--top-k"})
+          if (given(o)) fail("bench: {} shapes sampled decode steps; give a --temperature above 0 (0 takes the argmax)", o);
+      if (given("--verify-batches") && cu->verify_ks.empty())
+        fail("bench: --verify-batches sizes the verify table of --verify-k, which is not given");
+      // --prefill-lens "" --batches "": the MoE table alone, without the model; the model's options
+      // would be dropped.
+      if (cu->prefill_lens.empty() && cu->batches.empty())
+        for (const CLI::Option* o : cmd->get_options())
+          if (o->count() > 0) {
+            const std::string n = o->get_name();
+            if (n != "--model" && n != "--backend" && n != "--prefill-lens" && n != "--batches" && n != "--moe-batches" &&
+                n != "--steps" && n != "--json")
+              fail("bench: {} applies to the model's runs; with --prefill-lens \"\" --batches \"\" only the MoE table "
+                   "(--moe-batches, --steps, --json) runs",
+                   n);
+          }
       if (!cu->attention_lens.empty() && cu->weights.kv_cache == "fp8")
         fail("bench: --attention-lens times the prefill attention over a 16-bit cache (--kv-cache-dtype bf16 or "
              "fp16); the FP8 cache's is timed end to end by --prefill-lens");

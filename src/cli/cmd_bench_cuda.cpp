@@ -50,6 +50,15 @@ void write_timeline(const std::string& path, const GptOssCudaFp8::Timeline& t, i
   log_info("timeline of one decode step (context {}, batch {}) written to {}", context, batch, path);
 }
 
+// --json: the results, where asked for.
+void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) fail("cannot write {}", path);
+  std::fputs(j.dump(2).c_str(), f);
+  std::fclose(f);
+}
+
 // The MoE's expert GEMMs of one layer alone at the model's shape: the weight bytes the touched
 // experts hold over the time of both GEMMs, against the copy bandwidth (read + write; a read-only
 // stream can pass it), MXFP4 and FP8 experts in the same run.
@@ -90,7 +99,8 @@ void run_bench_cuda(const BenchCudaArgs& a) {
   if (a.prefill_lens.empty() && a.batches.empty()) {
     if (a.moe_batches.empty()) fail("bench: nothing to time (--prefill-lens and --batches are empty, no --moe-batches)");
     const std::vector<int32_t> moe_batches = positive(a.moe_batches, "--moe-batches");  // checked before the GPU
-    bench_moe_gemms(a, moe_batches, GptOssCudaFp8::measure_copy_bandwidth());
+    const nlohmann::json moe = bench_moe_gemms(a, moe_batches, GptOssCudaFp8::measure_copy_bandwidth());
+    write_json(a.json, {{"moe_gemms", moe}});
     return;
   }
   const std::vector<int32_t> prefill_lens = positive(a.prefill_lens, "--prefill-lens"),
@@ -285,12 +295,7 @@ void run_bench_cuda(const BenchCudaArgs& a) {
         fmt::print("| {} | {} | {:.3f} | {:.1f} | {:.3f} |\n", n, layer, t.seconds * 1e3, tf, tf / a.bf16_tflops);
       }
   }
-  if (!a.json.empty()) {
-    std::FILE* f = std::fopen(a.json.c_str(), "w");
-    if (!f) fail("cannot write {}", a.json);
-    std::fputs(out.dump(2).c_str(), f);
-    std::fclose(f);
-  }
+  write_json(a.json, out);
 }
 
 }  // namespace osprey::cli

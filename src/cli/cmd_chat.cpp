@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/sampling_arg.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "engine/generate.h"
@@ -38,18 +39,16 @@ void add_chat(CLI::App& app) {
   struct Args {
     std::string model, effort = "medium";
     int max_tokens = 1024;
-    float temperature = 1.0f, top_p = 1.0f;
-    uint64_t seed = 0;
+    SamplingArg sampling;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (CPU)");
   cmd->add_option("--model", args->model, "checkpoint directory (default: the embedded osprey-mini)");
   cmd->add_option("--reasoning-effort", args->effort, "low | medium | high")->check(CLI::IsMember({"low", "medium", "high"}));
   cmd->add_option("--max-tokens", args->max_tokens, "tokens per answer")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", args->temperature, "sampling temperature (0: greedy)");
-  cmd->add_option("--top-p", args->top_p, "nucleus sampling mass");
-  cmd->add_option("--seed", args->seed, "sampling seed");
+  args->sampling.add(cmd, /*with_greedy=*/false);
   cmd->callback([args] {
+    const SamplingParams sampling = args->sampling.checked();  // before the model loads
     const bool tty = ::isatty(1);
     const std::string dim = tty ? "\x1b[2m" : "", reset = tty ? "\x1b[0m" : "";
     args->model = model_or_default(args->model);
@@ -94,8 +93,10 @@ void add_chat(CLI::App& app) {
         }
         std::fflush(stdout);
       };
+      SamplingParams turn_sampling = sampling;
+      turn_sampling.seed += turn++;  // each answer its own stream
       GenerateOptions opt{.max_tokens = args->max_tokens,
-                          .sampling = {.temperature = args->temperature, .top_p = args->top_p, .seed = args->seed + turn++},
+                          .sampling = turn_sampling,
                           .stop_tokens = {harmony::kReturn, harmony::kCall}};
       GenerateStats st;
       generate(model, prompt, opt, &st, [&](int32_t t) {

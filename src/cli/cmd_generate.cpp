@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/decode_kernel_arg.h"
 #include "cli/parallel_arg.h"
+#include "cli/sampling_arg.h"
 #include "cli/speculative_arg.h"
 #include "cli/weights_arg.h"
 #include "core/log.h"
@@ -28,8 +29,8 @@ int64_t one_sequence_blocks(int ctx) {
 struct Args {
   std::string model, tokens, prompts, backend = "cpu", precision;
   int max_tokens = 16;
-  bool greedy = false, ignore_eos = false;
-  SamplingParams sampling;
+  bool ignore_eos = false;
+  SamplingArg sampling;
   SpeculativeArg spec;
   WeightsArg weights;
   DecodeKernelArg decode_kernel;
@@ -98,11 +99,7 @@ void add_generate(CLI::App& app) {
                                "(the model is loaded once)");
   one->excludes(many);
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--greedy", args->greedy, "argmax decoding (same as --temperature 0)");
-  cmd->add_option("--temperature", args->sampling.temperature, "sampling temperature");
-  cmd->add_option("--top-p", args->sampling.top_p, "nucleus sampling mass");
-  cmd->add_option("--top-k", args->sampling.top_k, "keep the k most likely tokens (0: all)");
-  cmd->add_option("--seed", args->sampling.seed, "sampling seed");
+  args->sampling.add(cmd, /*with_greedy=*/true);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_option("--backend", args->backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--precision", args->precision,
@@ -118,6 +115,7 @@ void add_generate(CLI::App& app) {
     args->weights.check(args->backend, args->precision);
     args->decode_kernel.check(args->backend, args->precision);
     args->parallel.check(args->backend, args->precision);
+    args->spec.check();
     const bool sharded = args->parallel.sharded();
     if (sharded && args->spec.on()) fail("--tp/--ep: --speculative runs on the serving engine, which is not sharded");
     if (args->decode_kernel.persistent() && args->spec.on())
@@ -134,9 +132,7 @@ void add_generate(CLI::App& app) {
     }
     GenerateOptions opt;
     opt.max_tokens = args->max_tokens;
-    opt.sampling = args->sampling;
-    if (args->greedy) opt.sampling.temperature = 0;
-    opt.sampling.validate();
+    opt.sampling = args->sampling.checked();
     opt.stop_at_eos = !args->ignore_eos;
     GptOssWeights w = GptOssWeights::load(args->model);
     size_t longest = 0;

@@ -25,12 +25,22 @@ struct GrammarArgs {
   std::string cases;
   bool compact = false;
   std::string item_sep = ",", key_sep = ":";
+  CLI::Option *item_opt = nullptr, *key_opt = nullptr;
   void add(CLI::App* cmd) {
     cmd->add_option("--cases", cases, "JSON Lines: {\"schema\": SCHEMA or \"json_object\", \"prefixes\": [TEXT, ...]}")
         ->required();
     cmd->add_flag("--compact", compact, "no whitespace; separators exactly --item-separator and --key-separator");
-    cmd->add_option("--item-separator", item_sep, "with --compact (default ',')");
-    cmd->add_option("--key-separator", key_sep, "with --compact (default ':')");
+    item_opt = cmd->add_option("--item-separator", item_sep, "with --compact (default ',')");
+    key_opt = cmd->add_option("--key-separator", key_sep, "with --compact (default ':')");
+  }
+  // Refuses the separators without --compact (the grammar then allows JSON's own separators with any
+  // whitespace around them, so they would change nothing).
+  void check() const {
+    if (!compact)
+      for (const CLI::Option* o : {item_opt, key_opt})
+        if (o && o->count())
+          fail("{} applies with --compact (without it the separators are JSON's own, with any whitespace around them)",
+               o->get_name());
   }
   GrammarOptions options() const {
     GrammarOptions o;
@@ -58,6 +68,7 @@ void add_grammar(CLI::App& app) {
   auto* cmd = app.add_subcommand("grammar-masks", "Print the o200k_harmony token masks of JSON schemas after given prefixes");
   args->add(cmd);
   cmd->callback([args] {
+    args->check();
     const harmony::Tokenizer& tok = harmony::Tokenizer::embedded_o200k_harmony();
     auto index = TokenIndex::for_tokenizer(tok);
     int case_no = 0;
@@ -111,6 +122,7 @@ void add_bench_grammar(CLI::App* bench) {
   cmd->add_option("--seed", args->seed, "random choices");
   cmd->add_flag("--json", args->json, "one JSON object per schema instead of a table");
   cmd->callback([args] {
+    args->g.check();
     const harmony::Tokenizer& tok = harmony::Tokenizer::embedded_o200k_harmony();
     auto t0 = std::chrono::steady_clock::now();
     auto index = TokenIndex::for_tokenizer(tok);

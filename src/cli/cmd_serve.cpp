@@ -57,8 +57,9 @@ void add_serve(CLI::App& app) {
                   "KV-cache blocks (16 positions on cpu, 64 on cuda); 0: from --kv-cache-gib (cpu) or "
                   "--gpu-memory-utilization (cuda)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "cpu: KV-cache memory when --kv-blocks is 0")->check(CLI::PositiveNumber);
-  cmd->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
+  auto* kv_gib = cmd->add_option("--kv-cache-gib", args->kv_cache_gib, "cpu: KV-cache memory when --kv-blocks is 0")
+                     ->check(CLI::PositiveNumber);
+  auto* gpu_util = cmd->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
                   "cuda: fraction of the GPU's memory for the weights, scratch and KV cache together (the KV cache "
                   "takes what the rest leaves)")
       ->check(CLI::Range(0.05, 1.0));
@@ -71,12 +72,25 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--served-model-name", args->name, "model id for /v1/models (default: the directory's name)");
   args->spec.add(cmd);
   args->weights.add(cmd);
-  cmd->add_option("--speculative-default", args->spec_default,
+  auto* spec_default = cmd->add_option("--speculative-default", args->spec_default,
                   "with --speculative: whether requests that do not set the 'speculative' field get it (a request's "
                   "field overrides)")
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->callback([args] {
+  cmd->callback([args, kv_gib, gpu_util, spec_default] {
     args->weights.check(args->backend, "");
+    args->spec.check();
+    if (spec_default->count() && !args->spec.on())
+      fail("--speculative-default {} needs --speculative (without it no request is drafted for)", args->spec_default);
+    // The KV pool's size comes from one option; the others would be dropped.
+    const bool cuda_backend = args->backend == "cuda";
+    if (kv_gib->count() && cuda_backend)
+      fail("--kv-cache-gib sizes the CPU's KV cache; on --backend cuda the pool is what --gpu-memory-utilization "
+           "leaves, or --kv-blocks");
+    if (gpu_util->count() && !cuda_backend)
+      fail("--gpu-memory-utilization applies to --backend cuda; the CPU's KV cache is --kv-cache-gib or --kv-blocks");
+    if (args->kv_blocks > 0)
+      for (const CLI::Option* o : {kv_gib, gpu_util})
+        if (o->count()) fail("--kv-blocks {} sets the KV pool's size; {} would change nothing", args->kv_blocks, o->get_name());
     args->model = model_or_default(args->model);
     log_info("loading {}", args->model);
     GptOssWeights w = GptOssWeights::load(args->model);

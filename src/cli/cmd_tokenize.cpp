@@ -38,6 +38,7 @@ void add_tokenize(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->callback([args, t, f] {
     if (!*t && !*f) fail("give --text S or --file F");
+    if (args->jsonl && args->repeat > 0) fail("--repeat times one text; with --jsonl each line is its own text");
     harmony::Tokenizer tok = args->tok.load();
     std::string text = read_text_arg(args->text, args->file);
     if (args->jsonl) {

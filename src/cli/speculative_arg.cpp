@@ -14,11 +14,16 @@ void SpeculativeArg::add(CLI::App* cmd) {
   cmd->add_option("--speculative", spec,
                   "speculative decoding: ngram:K (prompt lookup) or draft:DIR:K (a gpt-oss checkpoint with the same "
                   "tokenizer drafting greedily), K draft tokens per step (1-16); outputs are unchanged");
-  cmd->add_option("--speculative-mode", mode,
+  mode_opt = cmd->add_option("--speculative-mode", mode,
                   "auto: per batch size, draft lengths 0, K/2 and K are measured and the fastest is used (off where "
                   "speculation does not pay); always: K drafts every step; off: the same engine without drafts (to "
                   "measure against)")
       ->check(CLI::IsMember({"auto", "always", "off"}));
+}
+
+void SpeculativeArg::check() const {
+  if (!on() && mode_opt && mode_opt->count())
+    fail("--speculative-mode {} needs --speculative ngram:K or draft:DIR:K (without it nothing is drafted)", mode);
 }
 
 namespace {

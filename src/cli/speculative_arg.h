@@ -10,8 +10,11 @@ namespace osprey::cli {
 
 struct SpeculativeArg {
   std::string spec, mode = "auto";
+  CLI::Option* mode_opt = nullptr;
   void add(CLI::App* cmd);
   bool on() const { return !spec.empty(); }
+  // Refuses --speculative-mode without --speculative (it would choose nothing).
+  void check() const;
   // Sets ec's proposer, spec_k and spec_adaptive for a target model of config `target` on
   // `backend` ("cpu" | "cuda"); a draft checkpoint must share the target's vocabulary.
   void apply(EngineConfig& ec, const GptOssConfig& target, const std::string& backend) const;

@@ -17,6 +17,7 @@ struct WeightsArg {
   std::string value;          // empty: auto
   std::string dense = "fp8";  // --dense
   std::string kv_cache = "auto";  // --kv-cache-dtype
+  CLI::Option* dense_opt = nullptr;  // given or not (its default, fp8, is also a value)
   void add(CLI::App* cmd) {
     cmd->add_option("--kv-cache-dtype", kv_cache,
                     "cuda: the KV cache's values: bf16, fp16 (the same bytes, three more mantissa bits, clipped at "
@@ -26,7 +27,7 @@ struct WeightsArg {
                     "default: fp16 with --dense bf16 on head_dim 64, whose BF16-path fidelity it keeps, else bf16); "
                     "with --backend cpu --precision fp8|mxfp4, the emulation of that cache (auto: bf16)")
         ->check(CLI::IsMember({"auto", "bf16", "fp16", "fp8"}));
-    cmd->add_option("--dense", dense,
+    dense_opt = cmd->add_option("--dense", dense,
                     "cuda: the dense layers (attention, unembedding) on the GPU: fp8 (128x128 blocks, FP8 activations, "
                     "the default: half the bytes) or bf16 (as the checkpoint ships them, BF16 activations: the BF16 "
                     "path's fidelity)")
@@ -40,20 +41,22 @@ struct WeightsArg {
         ->check(CLI::IsMember({"auto", "mxfp4", "fp8", "bf16"}));
   }
   // Refuses, before anything loads, --weights where the run has no engine path to apply it to (the
-  // CPU, the CUDA bf16 and fp32 reference paths) or a format that is not built, and --precision
-  // mxfp4 on the GPU (the engine's path is fp8 there).
+  // CPU, the CUDA bf16 and fp32 reference paths) or a format that is not built, --kv-cache-dtype and
+  // --dense given where they would change nothing (auto excepted), and --precision mxfp4 on the GPU
+  // (the engine's path is fp8 there).
   void check(const std::string& backend, const std::string& precision) const {
-    if (kv_cache != "bf16" && kv_cache != "auto") {
-      const bool gpu_engine = backend == "cuda" && (precision.empty() || precision == "fp8");
-      const bool emulation = backend == "cpu" && (precision == "fp8" || precision == "mxfp4");
-      if (!gpu_engine && !emulation)
-        fail("--kv-cache-dtype {} chooses the engine's GPU KV cache (--backend cuda, --precision fp8) or its CPU "
-             "emulation (--backend cpu --precision fp8 or mxfp4); this run is --backend {}{}",
-             kv_cache, backend, precision.empty() ? std::string() : " --precision " + precision);
-    }
-    if (dense != "fp8" && (backend != "cuda" || (!precision.empty() && precision != "fp8")))
-      fail("--dense {} chooses the engine's GPU path (--backend cuda, --precision fp8); this run is --backend {}{}",
-           dense, backend, precision.empty() ? std::string() : " --precision " + precision);
+    const bool gpu_engine = backend == "cuda" && (precision.empty() || precision == "fp8");
+    const bool emulation = backend == "cpu" && (precision == "fp8" || precision == "mxfp4");
+    const std::string run = "--backend " + backend + (precision.empty() ? std::string() : " --precision " + precision);
+    if (kv_cache != "auto" && !gpu_engine && !emulation)
+      fail("--kv-cache-dtype {} chooses the engine's GPU KV cache (--backend cuda, --precision fp8) or its CPU "
+           "emulation (--backend cpu --precision fp8 or mxfp4, on generate, logits and bench); this run is {}, "
+           "whose cache it would not change",
+           kv_cache, run);
+    const bool dense_chosen = dense != "fp8" || (dense_opt && dense_opt->count());
+    if (dense_chosen && !gpu_engine && !(emulation && dense == "fp8"))
+      fail("--dense {} chooses the engine's GPU path (--backend cuda, --precision fp8){}; this run is {}", dense,
+           dense == "fp8" ? std::string(" or the CPU's emulation of it (--precision fp8 or mxfp4)") : std::string(), run);
     if (backend == "cuda" && precision == "mxfp4")
       fail("--precision mxfp4 names the CPU emulation; on the GPU the engine's path is --precision fp8 (its experts "
            "as --weights says, mxfp4 by default)");

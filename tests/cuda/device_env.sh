@@ -71,9 +71,10 @@ cuda_vs_cpu() {
   for p in $models; do
     [ -d $M/$p ] || $B synth --preset $p --seed 7 --out $M/$p --quiet
     for mode in "${mode_list[@]}"; do for sd in $seeds; do
-      local G C
-      G=$($B generate --backend cuda --weights $cp --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
-      C=$($B --threads 16 generate --precision $cp --model $M/$p --tokens $prompt --max-tokens 24 $mode --seed $sd --ignore-eos 2>/dev/null)
+      local G C seed="--seed $sd"
+      case " $mode " in *" --greedy "*|*" --temperature 0 "*) seed="";; esac  # greedy takes no seed (refused)
+      G=$($B generate --backend cuda --weights $cp --model $M/$p --tokens $prompt --max-tokens 24 $mode $seed --ignore-eos 2>/dev/null)
+      C=$($B --threads 16 generate --precision $cp --model $M/$p --tokens $prompt --max-tokens 24 $mode $seed --ignore-eos 2>/dev/null)
       agreement "$p $mode seed $sd" "$G" "$C"
     done; done
   done

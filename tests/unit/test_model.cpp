@@ -758,5 +758,62 @@ TEST(GenerateCli, PromptsFileEqualsOneRunPerPrompt) {
   EXPECT_NE(both.exit_code, 0);
 }
 
+// Options that a run would drop are refused by name before anything loads (no checkpoint needed to
+// say so): sampling options under argmax decoding, a speculative mode without speculation, a KV
+// cache or dense format the run has none of, KV sizes another option already sets, bench's own
+// options before `bench serve` or `bench grammar`, one bench's options on the other backend, and
+// options of modes that are not on.
+TEST(CliOptions, DroppedOptionsAreRefused) {
+  const std::string gen = "generate --model /nonexistent/dir --tokens 5,6,7 --max-tokens 2 ";
+  expect_refused(gen + "--greedy --temperature 0.7", "--greedy and --temperature both choose the temperature");
+  for (const char* o : {"--top-p 0.5", "--top-k 3", "--seed 9"}) {
+    const std::string name = std::string(o).substr(0, std::string(o).find(' '));
+    expect_refused(gen + "--greedy " + o, name + " has no effect on argmax decoding (--greedy)");
+    expect_refused(gen + "--temperature 0 " + o, name + " has no effect on argmax decoding (--temperature 0)");
+  }
+  expect_refused("chat --model /nonexistent/dir --temperature 0 --seed 2 </dev/null", "--seed has no effect on argmax decoding");
+  expect_refused("chat --model /nonexistent/dir --top-p 5 </dev/null", "top_p must be in (0, 1]");  // before the first turn
+  expect_refused(gen + "--greedy --speculative-mode always", "--speculative-mode always needs --speculative");
+  expect_refused(gen + "--greedy --kv-cache-dtype bf16", "this run is --backend cpu, whose cache it would not change");
+  expect_refused(gen + "--greedy --backend cuda --precision fp32 --kv-cache-dtype bf16",
+                 "this run is --backend cuda --precision fp32");
+  expect_refused(gen + "--greedy --dense fp8", "--dense fp8 chooses the engine's GPU path");
+  const std::string serve = "serve --model /nonexistent/dir --port 1 ";
+  expect_refused(serve + "--speculative-mode off", "--speculative-mode off needs --speculative");
+  expect_refused(serve + "--speculative-default off", "--speculative-default off needs --speculative");
+  expect_refused(serve + "--kv-cache-dtype bf16", "--kv-cache-dtype bf16 chooses");
+  expect_refused(serve + "--kv-blocks 10 --kv-cache-gib 1", "--kv-blocks 10 sets the KV pool's size; --kv-cache-gib");
+  expect_refused(serve + "--backend cuda --kv-blocks 10 --gpu-memory-utilization 0.5",
+                 "--kv-blocks 10 sets the KV pool's size; --gpu-memory-utilization");
+  expect_refused(serve + "--gpu-memory-utilization 0.5", "--gpu-memory-utilization applies to --backend cuda");
+  expect_refused(serve + "--backend cuda --kv-cache-gib 1", "--kv-cache-gib sizes the CPU's KV cache");
+  expect_refused("bench --prompt-len 4 serve --url http://127.0.0.1:1",
+                 "bench serve: --prompt-len is an option of `bench` itself");
+  expect_refused("bench --backend cuda grammar --cases /nonexistent", "bench grammar: --backend is an option of `bench` itself");
+  const std::string cuda = "bench --backend cuda --model /nonexistent/dir ";
+  for (const char* o : {"--prompt-len 4", "--decode-tokens 4", "--membw-mib 64"})
+    expect_refused(cuda + o, "bench: " + std::string(o).substr(0, std::string(o).find(' ')) + " applies to --backend cpu");
+  expect_refused(cuda + "--top-p 0.5", "bench: --top-p shapes sampled decode steps");
+  expect_refused(cuda + "--top-k 5", "bench: --top-k shapes sampled decode steps");
+  expect_refused(cuda + "--verify-batches 1", "--verify-batches sizes the verify table of --verify-k");
+  for (const char* o : {"--weights fp8", "--kv-blocks 8", "--no-graphs", "--contexts 64", "--seed 2", "--attention-lens 64"})
+    expect_refused(cuda + "--prefill-lens '' --batches '' --moe-batches 1 " + o,
+                   "bench: " + std::string(o).substr(0, std::string(o).find(' ')) + " applies to the model's runs");
+  expect_refused("tokenize --text x --jsonl --repeat 3", "--repeat times one text");
+  test::TempDir d;
+  test::write_file(d / "cases.jsonl", "{\"schema\": \"json_object\", \"prefixes\": [\"\"]}\n");
+  expect_refused("grammar-masks --cases " + (d / "cases.jsonl") + " --item-separator ';'", "--item-separator applies with --compact");
+  expect_refused("bench grammar --cases " + (d / "cases.jsonl") + " --key-separator =", "--key-separator applies with --compact");
+  // The same options where they do apply.
+  EXPECT_EQ(test::run_cli("grammar-masks --cases " + (d / "cases.jsonl") + " --compact --item-separator ,").exit_code, 0);
+  ASSERT_EQ(test::run_cli("synth --preset parity-b --seed 2 --quiet --out " + (d / "m")).exit_code, 0);
+  const std::string ok = "generate --model " + (d / "m") + " --tokens 5,6,7 --max-tokens 2 ";
+  for (const char* o : {"--temperature 0.8 --top-p 0.9 --top-k 5 --seed 3", "--greedy", "--temperature 0",
+                        "--precision mxfp4 --dense fp8 --kv-cache-dtype bf16 --greedy"}) {
+    const auto r = test::run_cli(ok + o);
+    EXPECT_EQ(r.exit_code, 0) << o << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace osprey
