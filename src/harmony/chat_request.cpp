@@ -4,6 +4,7 @@
 #include <cctype>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "harmony/renderer.h"
@@ -13,6 +14,24 @@
 namespace osprey::harmony {
 
 namespace {
+
+// Refuses a key of `obj` outside `known` (an OpenAI field osprey does not honour, or a misspelling):
+// "WHERE.KEY is not supported (known: ...)".
+void only_keys(const ordered_json& obj, std::initializer_list<const char*> known, const std::string& where) {
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return it.key() == k; })) {
+      std::string list;
+      for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      fail("{}.{} is not supported (known: {})", where, it.key(), list);
+    }
+}
+
+// Keys a client may send back with their neutral values (the OpenAI SDKs return an assistant
+// message with "refusal": null, "audio": null, "annotations": []): true where `key` is absent or so.
+bool absent_or_neutral(const ordered_json& m, const char* key) {
+  auto it = m.find(key);
+  return it == m.end() || it->is_null() || (it->is_array() && it->empty());
+}
 
 std::string content_text(const ordered_json& c, const std::string& where) {
   if (c.is_null()) return "";
@@ -24,6 +43,7 @@ std::string content_text(const ordered_json& c, const std::string& where) {
       std::string type = part["type"].is_string() ? part["type"].get<std::string>() : "";
       if (type != "text") fail("{}: content part type '{}' is not supported (text only)", where, type);
       if (!part.contains("text") || !part["text"].is_string()) fail("{}: a text part needs a string 'text'", where);
+      only_keys(part, {"type", "text"}, where + "[]");
       s += part["text"].get<std::string>();
     }
     return s;
@@ -31,15 +51,26 @@ std::string content_text(const ordered_json& c, const std::string& where) {
   fail("{}: content must be a string, an array of parts, or null", where);
 }
 
+// reasoning_effort, or reasoning.effort (the Responses API's spelling); both only if they agree.
 std::string effort(const ordered_json& req) {
   std::string e = "medium";
+  std::optional<std::string> top, nested;
   if (auto it = req.find("reasoning_effort"); it != req.end() && !it->is_null()) {
     if (!it->is_string()) fail("reasoning_effort must be a string");
-    e = it->get<std::string>();
-  } else if (auto r = req.find("reasoning"); r != req.end() && r->is_object() && r->contains("effort")) {
-    if (!(*r)["effort"].is_string()) fail("reasoning.effort must be a string");
-    e = (*r)["effort"].get<std::string>();
+    top = it->get<std::string>();
   }
+  if (auto r = req.find("reasoning"); r != req.end() && !r->is_null()) {
+    if (!r->is_object()) fail("reasoning must be an object ({{\"effort\": ...}})");
+    only_keys(*r, {"effort"}, "reasoning");
+    if (auto ef = r->find("effort"); ef != r->end() && !ef->is_null()) {
+      if (!ef->is_string()) fail("reasoning.effort must be a string");
+      nested = ef->get<std::string>();
+    }
+  }
+  if (top && nested && *top != *nested)
+    fail("reasoning_effort '{}' and reasoning.effort '{}' disagree; give one", *top, *nested);
+  if (top) e = *top;
+  else if (nested) e = *nested;
   if (e == "minimal") e = "low";
   if (e == "xhigh") e = "high";
   if (e != "low" && e != "medium" && e != "high")
@@ -111,8 +142,12 @@ ToolNamespace function_tools(const ordered_json& tools) {
     const ordered_json& t = tools[i];
     std::string where = "tools[" + std::to_string(i) + "]";
     if (!t.is_object() || t.value("type", "") != "function") fail("{}: only type 'function' tools are supported", where);
+    only_keys(t, {"type", "function"}, where);
     auto f = t.find("function");
     if (f == t.end() || !f->is_object()) fail("{}: missing 'function' object", where);
+    only_keys(*f, {"name", "description", "parameters", "strict"}, where + ".function");
+    if (auto st = f->find("strict"); st != f->end() && !st->is_null() && !st->is_boolean())
+      fail("{}.function.strict must be a boolean", where);
     auto name = f->find("name");
     if (name == f->end() || !name->is_string() || name->get<std::string>().empty())
       fail("{}.function.name must be a non-empty string", where);
@@ -167,14 +202,16 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
       if (tc->value("type", ordered_json()) != "function" || f == tc->end() || !f->is_object() || !f->contains("name") ||
           !(*f)["name"].is_string())
         fail("tool_choice must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": NAME}}}}");
+      only_keys(*tc, {"type", "function"}, "tool_choice");
+      only_keys(*f, {"name"}, "tool_choice.function");
     } else {
       fail("tool_choice must be a string or an object");
     }
   }
   DeveloperContent dev;
-  if (auto tools = req.find("tools"); tools != req.end() && !tools->is_null() && tools_enabled) {
-    ToolNamespace ns = function_tools(*tools);
-    if (!ns.tools.empty()) dev.tools["functions"] = std::move(ns);
+  if (auto tools = req.find("tools"); tools != req.end() && !tools->is_null()) {
+    ToolNamespace ns = function_tools(*tools);  // checked with tool_choice none too
+    if (tools_enabled && !ns.tools.empty()) dev.tools["functions"] = std::move(ns);
   }
 
   // Client system and developer texts, in order, become the developer instructions.
@@ -201,17 +238,51 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
     if (role_it == m.end() || !role_it->is_string()) fail("{}.role must be a string", where);
     std::string role = role_it->get<std::string>();
     if (role == "system" || role == "developer") {
+      // Their texts become the developer instructions: no author of their own (no name).
+      only_keys(m, {"role", "content"}, where);
       std::string t = content_text(m.value("content", ordered_json()), where + ".content");
       if (!t.empty()) instructions.push_back(t);
     } else if (role == "user") {
-      body.push_back({"user", std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      only_keys(m, {"role", "content", "name"}, where);
+      std::optional<std::string> name;  // the author name: <|start|>user:NAME
+      if (auto n = m.find("name"); n != m.end() && !n->is_null()) {
+        if (!n->is_string() || !valid_tool_name(n->get<std::string>()))
+          fail("{}.name must be 1 to {} letters, digits, '_' or '-'", where, kMaxToolNameLength);
+        name = n->get<std::string>();
+      }
+      body.push_back({"user", name, std::nullopt, std::nullopt, std::nullopt,
                       content_text(m.value("content", ordered_json()), where + ".content")});
     } else if (role == "assistant") {
-      std::string reasoning;
+      only_keys(m, {"role", "content", "tool_calls", "reasoning_content", "reasoning", "refusal", "name", "audio",
+                    "function_call", "annotations"},
+                where);
+      for (const char* key : {"name", "audio", "function_call", "annotations"})
+        if (!absent_or_neutral(m, key))
+          fail("{}.{} is not supported on an assistant message (gpt-oss text turns: content, reasoning_content, "
+               "tool_calls)",
+               where, key);
+      std::optional<std::string> reasoning_field;
       for (const char* key : {"reasoning_content", "reasoning"})
-        if (auto r = m.find(key); r != m.end() && r->is_string()) reasoning = r->get<std::string>();
+        if (auto r = m.find(key); r != m.end() && !r->is_null()) {
+          if (!r->is_string()) fail("{}.{} must be a string", where, key);
+          if (reasoning_field && *reasoning_field != r->get<std::string>())
+            fail("{}: reasoning_content and reasoning disagree; give one", where);
+          reasoning_field = r->get<std::string>();
+        }
+      const std::string reasoning = reasoning_field.value_or("");
       std::string content = content_text(m.value("content", ordered_json()), where + ".content");
-      const ordered_json* calls = m.contains("tool_calls") && m["tool_calls"].is_array() ? &m["tool_calls"] : nullptr;
+      // A refusal the model gave is its answer's text (Harmony has no refusal channel).
+      if (auto rf = m.find("refusal"); rf != m.end() && !rf->is_null()) {
+        if (!rf->is_string()) fail("{}.refusal must be a string", where);
+        if (!content.empty() && !rf->get<std::string>().empty())
+          fail("{}: content and refusal are both given; an answer is one or the other", where);
+        if (content.empty()) content = rf->get<std::string>();
+      }
+      const ordered_json* calls = nullptr;
+      if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+        if (!tc->is_array()) fail("{}.tool_calls must be an array", where);
+        calls = &*tc;
+      }
       if (!reasoning.empty() && !final_after[i])  // this message's own answer counts
         body.push_back({"assistant", std::nullopt, std::nullopt, "analysis", std::nullopt, reasoning});
       if (calls && !calls->empty()) {
@@ -222,7 +293,11 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
           std::string cw = where + ".tool_calls[" + std::to_string(c) + "]";
           if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
             fail("{} needs a 'function' object", cw);
+          only_keys(call, {"id", "type", "function"}, cw);
+          if (auto ty = call.find("type"); ty != call.end() && !ty->is_null() && *ty != "function")
+            fail("{}.type must be 'function'", cw);
           const ordered_json& f = call["function"];
+          only_keys(f, {"name", "arguments"}, cw + ".function");
           if (!f.contains("name") || !f["name"].is_string()) fail("{}.function.name must be a string", cw);
           std::string name = f["name"].get<std::string>();
           std::string args = "{}";
@@ -239,10 +314,13 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
         body.push_back({"assistant", std::nullopt, std::nullopt, "final", std::nullopt, content});
       }
     } else if (role == "tool") {
+      only_keys(m, {"role", "content", "tool_call_id", "name"}, where);
       std::string name;
-      if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string() && call_names.count(id->get<std::string>()))
+      if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
+        if (!id->is_string() || !call_names.count(id->get<std::string>()))
+          fail("{}.tool_call_id {} answers no earlier assistant tool call", where, id->dump());
         name = call_names[id->get<std::string>()];
-      else if (auto n = m.find("name"); n != m.end() && n->is_string())
+      } else if (auto n = m.find("name"); n != m.end() && n->is_string())
         name = n->get<std::string>();
       else if (!last_call_name.empty())
         name = last_call_name;

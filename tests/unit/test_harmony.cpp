@@ -1,4 +1,5 @@
 // The parser on what models really emit, and the chat-completions request mapping.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -204,7 +205,51 @@ TEST(ChatRequest, BadRequestsNameTheProblem) {
       "tools[0].function.name");
   bad(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]})",
       "must be an object schema");
-  bad(R"({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]})", "unknown tool_call_id");
+  bad(R"({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]})",
+      "messages[0].tool_call_id \"nope\" answers no earlier assistant tool call");
+  // Invalid tools are refused whatever tool_choice says (they were once skipped unread with none).
+  bad(R"({"tool_choice": "none", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})",
+      "tools[0].function.name");
+  bad(R"({"tool_choice": "none", "messages": [{"role": "user", "content": "x"}], "tools": ["x"]})", "tools[0]: only type 'function'");
+  // Fields osprey would drop are refused by their path.
+  const char* user = R"("messages": [{"role": "user", "content": "x"}])";
+  bad(fmt::format(R"({{{}, "tools": [{{"type": "function", "function": {{"name": "f", "zz": 1}}}}]}})", user).c_str(),
+      "tools[0].function.zz is not supported");
+  bad(fmt::format(R"({{{}, "tools": [{{"type": "function", "function": {{"name": "f", "strict": "yes"}}}}]}})", user).c_str(),
+      "tools[0].function.strict must be a boolean");
+  bad(fmt::format(R"({{{}, "tools": [{{"type": "function", "function": {{"name": "f"}}}}],
+      "tool_choice": {{"type": "function", "function": {{"name": "f"}}, "zz": 1}}}})", user).c_str(),
+      "tool_choice.zz is not supported");
+  bad(fmt::format(R"({{{}, "reasoning": "high"}})", user).c_str(), "reasoning must be an object");
+  bad(fmt::format(R"({{{}, "reasoning": {{"effort": "high", "summary": "auto"}}}})", user).c_str(), "reasoning.summary is not supported");
+  bad(fmt::format(R"({{{}, "reasoning_effort": "low", "reasoning": {{"effort": "high"}}}})", user).c_str(), "disagree");
+  bad(R"({"messages": [{"role": "system", "content": "x", "name": "boss"}]})", "messages[0].name is not supported");
+  bad(R"({"messages": [{"role": "user", "content": "x", "zzz": 1}]})", "messages[0].zzz is not supported");
+  bad(R"({"messages": [{"role": "user", "content": "x", "name": "a b"}]})", "messages[0].name must be");
+  bad(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]}]})",
+      "cache_control is not supported");
+  bad(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "audio": {"id": "a"}}]})",
+      "messages[1].audio is not supported on an assistant message");
+  bad(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": {"id": "c"}}]})",
+      "messages[1].tool_calls must be an array");
+  bad(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning_content": 5}]})",
+      "messages[1].reasoning_content must be a string");
+  bad(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "refusal": "no"}]})",
+      "content and refusal are both given");
+}
+
+// What the checks above let through is honoured: a user's name is its author name, an assistant
+// message sent back as the SDKs return it (neutral refusal, audio, annotations) renders as its content,
+// and a refusal with no content is the answer's text.
+TEST(ChatRequest, NamesAndReturnedAssistantMessagesAreHonoured) {
+  std::string t = render(req(R"({"messages": [{"role": "user", "content": "hi", "name": "alice"},
+      {"role": "assistant", "content": "hello", "refusal": null, "audio": null, "annotations": [], "function_call": null,
+       "tool_calls": null},
+      {"role": "user", "content": "x"}, {"role": "assistant", "content": null, "refusal": "I can't."},
+      {"role": "user", "content": "y"}]})"));
+  EXPECT_NE(t.find("<|start|>user:alice<|message|>hi<|end|>"), std::string::npos) << t;
+  EXPECT_NE(t.find("<|start|>assistant<|channel|>final<|message|>hello<|end|>"), std::string::npos) << t;
+  EXPECT_NE(t.find("<|start|>assistant<|channel|>final<|message|>I can't.<|end|>"), std::string::npos) << t;
 }
 
 }  // namespace
