@@ -170,6 +170,41 @@ ToolNamespace function_tools(const ordered_json& tools) {
   return ns;
 }
 
+// response_format: text (nothing), json_object (no schema to show), or json_schema, whose name,
+// description and schema the developer message shows the model (its decoding is held to the schema
+// by the server's constraint).
+std::optional<ResponseFormat> response_format(const ordered_json& req) {
+  auto rf = req.find("response_format");
+  if (rf == req.end() || rf->is_null()) return std::nullopt;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    fail("response_format must be an object with a 'type'");
+  const std::string type = (*rf)["type"].get<std::string>();
+  if (type != "json_schema") {
+    only_keys(*rf, {"type"}, "response_format");
+    return std::nullopt;  // the type is checked where the constraint is built
+  }
+  only_keys(*rf, {"type", "json_schema"}, "response_format");
+  auto js = rf->find("json_schema");
+  if (js == rf->end() || !js->is_object()) fail("response_format.json_schema must be an object");
+  only_keys(*js, {"name", "description", "schema", "strict"}, "response_format.json_schema");
+  ResponseFormat f{"response", std::nullopt, ordered_json::object()};
+  if (auto n = js->find("name"); n != js->end() && !n->is_null()) {
+    if (!n->is_string() || !valid_tool_name(n->get<std::string>()))
+      fail("response_format.json_schema.name must be 1 to {} letters, digits, '_' or '-'", kMaxToolNameLength);
+    f.name = n->get<std::string>();
+  }
+  if (auto d = js->find("description"); d != js->end() && !d->is_null()) {
+    if (!d->is_string()) fail("response_format.json_schema.description must be a string");
+    f.description = d->get<std::string>();
+  }
+  if (auto st = js->find("strict"); st != js->end() && !st->is_null() && !st->is_boolean())
+    fail("response_format.json_schema.strict must be a boolean");
+  auto sc = js->find("schema");
+  if (sc == js->end() || !sc->is_object()) fail("response_format.json_schema.schema must be a JSON schema object");
+  f.schema = *sc;
+  return f;
+}
+
 }  // namespace
 
 std::string today_utc() {
@@ -209,6 +244,7 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
     }
   }
   DeveloperContent dev;
+  dev.response_format = response_format(req);
   if (auto tools = req.find("tools"); tools != req.end() && !tools->is_null()) {
     ToolNamespace ns = function_tools(*tools);  // checked with tool_choice none too
     if (tools_enabled && !ns.tools.empty()) dev.tools["functions"] = std::move(ns);
@@ -293,7 +329,7 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
           std::string cw = where + ".tool_calls[" + std::to_string(c) + "]";
           if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
             fail("{} needs a 'function' object", cw);
-          only_keys(call, {"id", "type", "function"}, cw);
+          only_keys(call, {"id", "type", "function", "index"}, cw);  // index: as streamed deltas carry it
           if (auto ty = call.find("type"); ty != call.end() && !ty->is_null() && *ty != "function")
             fail("{}.type must be 'function'", cw);
           const ordered_json& f = call["function"];
@@ -339,12 +375,13 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
     for (size_t i = 0; i < instructions.size(); ++i) joined += (i ? "\n\n" : "") + instructions[i];
     dev.instructions = joined;
   }
-  if (dev.instructions || !dev.tools.empty())
+  if (dev.instructions || !dev.tools.empty() || dev.response_format)
     conv.push_back({"developer", std::nullopt, std::nullopt, std::nullopt, std::nullopt, dev});
   conv.insert(conv.end(), body.begin(), body.end());
   if (settings.max_prompt_bytes) {  // bound the prompt before the renderer tokenizes it
     size_t bytes = dev.tools.empty() ? 0 : render_tools_section(dev.tools).size();
     if (dev.instructions) bytes += dev.instructions->size();
+    if (dev.response_format) bytes += dev.response_format->schema.dump().size();
     for (const Message& m : body) bytes += m.text().size() + (m.recipient ? m.recipient->size() : 0);
     if (bytes > settings.max_prompt_bytes)
       throw PromptTooLong(fmt::format(

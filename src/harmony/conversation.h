@@ -36,9 +36,18 @@ struct SystemContent {
   ToolNamespaces tools;  // built-in tools (browser, python)
 };
 
+// A structured output's format (a chat request's response_format json_schema): the developer
+// message's "# Response Formats" section, its schema as JSON text.
+struct ResponseFormat {
+  std::string name;
+  std::optional<std::string> description;
+  ordered_json schema;
+};
+
 struct DeveloperContent {
   std::optional<std::string> instructions;
   ToolNamespaces tools;  // "functions" for function tools
+  std::optional<ResponseFormat> response_format;
 };
 
 struct Message {

@@ -206,6 +206,15 @@ std::string developer_text(const DeveloperContent& d) {
     sections.push_back(*d.instructions);
   }
   if (!d.tools.empty()) sections.push_back(render_tools_section(d.tools));
+  if (d.response_format) {  // openai/harmony docs/format.md, "Structured output"
+    const ResponseFormat& f = *d.response_format;
+    sections.push_back("# Response Formats");
+    std::vector<std::string> c;
+    if (f.description)
+      for (auto& line : lines_of(*f.description)) c.push_back("// " + line);
+    c.push_back(f.schema.dump());
+    sections.push_back("## " + f.name + "\n\n" + join(c, "\n"));
+  }
   return join(sections, "\n\n");
 }
 

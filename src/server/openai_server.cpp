@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -30,7 +31,7 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, nlohmann::json::
 std::string field_of(const std::string& message, const std::string& fallback) {
   const size_t end = message.find_first_of("[. '");
   const std::string head = message.substr(0, end);
-  for (const char* f : {"messages", "tools", "tool_choice", "reasoning_effort", "reasoning"})
+  for (const char* f : {"messages", "tools", "tool_choice", "reasoning_effort", "reasoning", "response_format"})
     if (head == f) return head;
   return fallback;
 }
@@ -208,6 +209,7 @@ struct OpenAiServer::Impl {
     if (n < 1 || n > engine.config().max_batch)
       throw ApiError(400, fmt::format("'n' must be between 1 and {} (the batch)", engine.config().max_batch),
                      "invalid_request_error", "n");
+    check_identifier_fields(b);
     if (endpoint != Endpoint::Responses) refuse_unknown_fields(b, endpoint), refuse_unhonoured_fields(b);
     return b;
   }
@@ -236,8 +238,15 @@ struct OpenAiServer::Impl {
       throw ApiError(400, fmt::format("This model's maximum context length is {} tokens; the prompt has {}", ctx, prompt.size()),
                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
     const int64_t room = ctx - int64_t(prompt.size());
-    const char* key = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens" : "max_tokens";
-    const int64_t max_tokens = get_field<int64_t>(b, key, room);
+    // max_completion_tokens, or max_tokens (its older name); both only if they agree.
+    const int64_t mct = get_field<int64_t>(b, "max_completion_tokens", -1), mt = get_field<int64_t>(b, "max_tokens", -1);
+    const bool has_mct = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null();
+    const bool has_mt = b.contains("max_tokens") && !b["max_tokens"].is_null();
+    if (has_mct && has_mt && mct != mt)
+      throw ApiError(400, "'max_tokens' and 'max_completion_tokens' disagree; give one (max_tokens is the older name)",
+                     "invalid_request_error", "max_tokens");
+    const char* key = has_mct ? "max_completion_tokens" : "max_tokens";
+    const int64_t max_tokens = has_mct ? mct : has_mt ? mt : room;
     if (max_tokens < 1) throw ApiError(400, fmt::format("'{}' must be at least 1", key), "invalid_request_error", key);
     if (max_tokens > room)
       throw ApiError(400,
@@ -248,13 +257,15 @@ struct OpenAiServer::Impl {
     g.max_tokens = int(max_tokens);
     g.sampling.temperature = float(get_field<double>(b, "temperature", 1.0));
     g.sampling.top_p = float(get_field<double>(b, "top_p", 1.0));
-    g.sampling.top_k = int(get_field<int64_t>(b, "top_k", 0));
+    const int64_t top_k = get_field<int64_t>(b, "top_k", 0);
+    if (top_k < 0 || top_k > std::numeric_limits<int32_t>::max())
+      throw ApiError(400, "'top_k' must be an integer between 0 (no limit) and 2147483647", "invalid_request_error", "top_k");
+    g.sampling.top_k = int(top_k);
     g.sampling.seed = uint64_t(get_field<int64_t>(b, "seed", int64_t(std::random_device{}())));
     if (g.sampling.temperature < 0 || g.sampling.temperature > 2)
       throw ApiError(400, "'temperature' must be between 0 and 2", "invalid_request_error", "temperature");
     if (!(g.sampling.top_p > 0 && g.sampling.top_p <= 1))
       throw ApiError(400, "'top_p' must be in (0, 1]", "invalid_request_error", "top_p");
-    if (g.sampling.top_k < 0) throw ApiError(400, "'top_k' must be >= 0", "invalid_request_error", "top_k");
     g.adjust = logit_adjust_fields(b, engine.model_config().vocab);
     g.logprobs = logprobs_field(b, chat);
     // osprey's extension: speculative decoding for this request (the server's --speculative-default
@@ -655,17 +666,16 @@ struct OpenAiServer::Impl {
                        "invalid_request_error", "previous_response_id", "previous_response_not_found");
       history = e->messages;
     }
-    if (auto m = b.find("metadata"); m != b.end() && !m->is_null() && !m->is_object())
-      throw ApiError(400, "'metadata' must be an object", "invalid_request_error", "metadata");
     json chat, messages;
     try {
       chat = chat_request_from_responses(b, history, messages);
     } catch (const FieldError& e) {
       throw ApiError(400, e.what(), "invalid_request_error", e.param);
     }
+    // Every field is read before the generation starts: a refusal after it would leave it running.
+    const bool stream = get_field<bool>(b, "stream", false), keep = get_field<bool>(b, "store", true);
     const std::vector<harmony::Message> conv = conversation(chat, "input");
     Prepared p = prepare_chat(chat, conv, *ticket);
-    const bool stream = get_field<bool>(b, "stream", false), keep = get_field<bool>(b, "store", true);
     const std::string id = new_id("resp_");
     const int64_t created = unix_now();
     auto out = std::make_shared<ResponsesOutput>(tok, p.declared);

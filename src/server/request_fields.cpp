@@ -119,6 +119,21 @@ void refuse_unhonoured_fields(const json& b) {
   if (const json* v = given("verbosity"); v && *v != "medium") refuse("verbosity", "only medium");
 }
 
+void check_identifier_fields(const json& b) {
+  for (const char* key : {"user", "prompt_cache_key", "safety_identifier"})
+    if (auto it = b.find(key); it != b.end() && !it->is_null() && !it->is_string())
+      throw ApiError(400, fmt::format("'{}' must be a string", key), "invalid_request_error", key);
+  if (auto m = b.find("metadata"); m != b.end() && !m->is_null()) {
+    if (!m->is_object() || m->size() > 16)
+      throw ApiError(400, "'metadata' must be an object of at most 16 string values", "invalid_request_error", "metadata");
+    for (auto it = m->begin(); it != m->end(); ++it)
+      if (it.key().size() > 64 || !it->is_string() || it->get_ref<const std::string&>().size() > 512)
+        throw ApiError(400,
+                       fmt::format("'metadata.{}': keys are at most 64 characters and values strings of at most 512", it.key()),
+                       "invalid_request_error", "metadata");
+  }
+}
+
 // logit_bias, presence_penalty, frequency_penalty.
 LogitAdjust logit_adjust_fields(const json& b, int vocab) {
   LogitAdjust a;

@@ -41,6 +41,11 @@ void refuse_unknown_fields(const json& body, Endpoint endpoint);
 // Fields osprey does not honour, refused unless they hold their neutral values.
 void refuse_unhonoured_fields(const json& body);
 
+// The identifiers that change nothing in the answer (user, metadata, prompt_cache_key,
+// safety_identifier), held to OpenAI's types: strings, and metadata at most 16 string values of at
+// most 512 characters under keys of at most 64. Every endpoint.
+void check_identifier_fields(const json& body);
+
 // logit_bias (token ids below `vocab`), presence_penalty, frequency_penalty.
 LogitAdjust logit_adjust_fields(const json& body, int vocab);
 

@@ -108,6 +108,8 @@ void input_messages(const json& input, json& out) {
         if (auto s = it.find("summary"); s != it.end() && s->is_array())
           for (const json& p : *s)
             if (p.is_object()) text += p.value("text", "");
+      if (text.empty() && it.contains("encrypted_content") && !it["encrypted_content"].is_null())
+        refuse(where + ".encrypted_content", "cannot be read here (osprey returns reasoning as text, never encrypted)");
       json& a = assistant();
       a["reasoning_content"] = a.value("reasoning_content", "") + text;
     } else if (type == "function_call") {
@@ -178,8 +180,10 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
       const std::string type = t.is_object() ? t.value("type", "") : "";
       if (type != "function") refuse(fmt::format("tools[{}]", i), fmt::format("has type '{}': only function tools are served", type));
       json f = {{"name", t.value("name", json())}};
-      for (const char* k : {"description", "parameters", "strict"})
-        if (t.contains(k)) f[k] = t[k];
+      for (auto it = t.begin(); it != t.end(); ++it)
+        if (it.key() == "description" || it.key() == "parameters" || it.key() == "strict") f[it.key()] = it.value();
+        else if (it.key() != "type" && it.key() != "name")
+          refuse(fmt::format("tools[{}].{}", i, it.key()), "is not supported (type, name, description, parameters, strict)");
       out.push_back({{"type", "function"}, {"function", f}});
     }
     chat["tools"] = out;
@@ -196,13 +200,15 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
   if (const json* r = given("reasoning")) {
     if (!r->is_object()) refuse("reasoning", "must be an object");
     if (r->contains("effort") && !(*r)["effort"].is_null()) chat["reasoning_effort"] = (*r)["effort"];
-    if (auto s = r->find("summary"); s != r->end() && !s->is_null() && *s != "auto")
-      refuse("reasoning.summary", "only 'auto' is supported (gpt-oss returns its reasoning text, not a summary)");
+    for (const char* k : {"summary", "generate_summary"})  // generate_summary: the older name
+      if (auto s = r->find(k); s != r->end() && !s->is_null() && *s != "auto")
+        refuse(std::string("reasoning.") + k, "only 'auto' is supported (gpt-oss returns its reasoning text, not a summary)");
     for (auto it = r->begin(); it != r->end(); ++it)
       if (it.key() != "effort" && it.key() != "summary" && it.key() != "generate_summary")
         refuse("reasoning." + it.key(), "is not supported");
   }
   if (const json* v = given("max_output_tokens")) chat["max_tokens"] = *v;
+  if (const json* v = given("parallel_tool_calls"); v && !v->is_boolean()) refuse("parallel_tool_calls", "must be a boolean");
   for (const char* k : {"temperature", "top_p", "top_k", "seed", "parallel_tool_calls", "reasoning_budget", "stream",
                         "speculative"})
     if (const json* v = given(k)) chat[k] = *v;
@@ -216,9 +222,14 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
       const std::string type = (*f)["type"].is_string() ? (*f)["type"].get<std::string>() : "";
       if (type == "json_schema") {
         json js = {{"name", f->value("name", "response")}, {"schema", f->value("schema", json())}};
-        if (f->contains("strict")) js["strict"] = (*f)["strict"];
+        for (auto it = f->begin(); it != f->end(); ++it)
+          if (it.key() == "description" || it.key() == "strict") js[it.key()] = it.value();
+          else if (it.key() != "type" && it.key() != "name" && it.key() != "schema")
+            refuse("text.format." + it.key(), "is not supported (type, name, description, schema, strict)");
         chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
       } else {
+        for (auto it = f->begin(); it != f->end(); ++it)
+          if (it.key() != "type") refuse("text.format." + it.key(), fmt::format("is not supported with type '{}'", type));
         chat["response_format"] = {{"type", type}};
       }
     }

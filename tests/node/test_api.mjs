@@ -268,6 +268,46 @@ await test("fields the server does not know are a 400 naming them; identifiers a
   assert(okc.choices.length === 1, show(okc));
 });
 
+await test("nested fields are honoured or refused by path; no refusal leaves a generation running", async () => {
+  const fn = (extra = {}) => ({ type: "function", function: { name: "f", ...extra } });
+  const cases = [
+    // An invalid tool is refused with tool_choice none too (it once crashed the server).
+    [{ tool_choice: "none", tools: [{ type: "function", function: {} }] }, "tools"],
+    [{ tool_choice: "none", tools: ["x"] }, "tools"],
+    [{ tools: [fn({ strict: "yes" })] }, "tools"],
+    [{ tools: [fn({ zz: 1 })] }, "tools"],
+    [{ tools: [fn()], tool_choice: { type: "function", function: { name: "f" }, zz: 1 } }, "tool_choice"],
+    [{ reasoning: "high" }, "reasoning"],
+    [{ reasoning_effort: "low", reasoning: { effort: "high" } }, "reasoning_effort"],
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" }, zz: 1 } } }, "response_format"],
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" }, strict: "maybe" } } }, "response_format"],
+    [{ max_tokens: -5, max_completion_tokens: 2 }, "max_tokens"],
+    [{ top_k: 4294967296 }, "top_k"],
+    [{ user: 7 }, "user"],
+    [{ metadata: { a: 5 } }, "metadata"],
+    [{ messages: [{ role: "user", content: "hi", zzz: 1 }] }, "messages"],
+    [{ messages: [{ role: "system", content: "x", name: "boss" }, { role: "user", content: "hi" }] }, "messages"],
+  ];
+  for (const [extra, param] of cases) {
+    const e = await expectStatus(client.chat.completions.create({ model, messages: user("hi"), max_tokens: 2, ...extra }), 400);
+    assert(e.error?.param === param, `${show(extra)}: ${show(e.error)}`);
+  }
+  const before = await (await fetch(`${server.base}/metrics`)).text();
+  const count = (text) => Number(/^osprey_requests_total (\S+)/m.exec(text)[1]);
+  for (const extra of [{ store: "no" }, { stream: "yes" }, { parallel_tool_calls: "no" }, { reasoning: { generate_summary: "detailed" } },
+                       { text: { format: { type: "json_schema", name: "x", schema: { type: "object" }, zz: 1 } } },
+                       { tools: [{ type: "function", name: "f", zz: 1 }] }])
+    await expectStatus(client.responses.create({ model, input: "hi", max_output_tokens: 8, ...extra }), 400);
+  const after = await (await fetch(`${server.base}/metrics`)).text();
+  assert(count(after) === count(before), `refused requests reached the engine: ${count(before)} -> ${count(after)}`);
+  // What passes is honoured: a user's name, an assistant message as the SDK returns it, agreeing
+  // max_tokens and max_completion_tokens.
+  const ok = await client.chat.completions.create({ model, max_tokens: 2, max_completion_tokens: 2, messages: [
+    { role: "user", content: "hi", name: "alice" }, { role: "assistant", content: "hello", refusal: null, audio: null, annotations: [] },
+    { role: "user", content: "again" }] });
+  assert(ok.choices.length === 1 && ok.usage.completion_tokens <= 2, show(ok));
+});
+
 await test("responses: items, usage with reasoning tokens, the store, GET and DELETE", async () => {
   const r = await client.responses.create({ model, input: "Hello", max_output_tokens: 40, temperature: 0, instructions: "Be brief." });
   assert(r.object === "response" && r.id.startsWith("resp_") && Array.isArray(r.output), show(r));

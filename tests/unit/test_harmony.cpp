@@ -238,6 +238,23 @@ TEST(ChatRequest, BadRequestsNameTheProblem) {
       "content and refusal are both given");
 }
 
+// A json_schema response_format is shown to the model as the developer message's "# Response
+// Formats" section (openai/harmony docs/format.md): the name, the description as comment lines, the
+// schema as compact JSON in its key order. json_object and text add nothing.
+TEST(ChatRequest, ResponseFormatSchemaIsInTheDeveloperMessage) {
+  std::string t = render(req(R"({"messages": [{"role": "user", "content": "list"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "shopping_list", "description": "Items to buy.\nOne per entry.",
+        "strict": true, "schema": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}}}}})"));
+  EXPECT_NE(t.find("<|start|>developer<|message|># Response Formats\n\n## shopping_list\n\n// Items to buy.\n// One per entry.\n"
+                   R"({"type":"object","properties":{"items":{"type":"array","items":{"type":"string"}}}}<|end|>)"),
+            std::string::npos)
+      << t;
+  for (const char* type : {"json_object", "text"}) {
+    std::string u = render(req(fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}], "response_format": {{"type": "{}"}}}})", type).c_str()));
+    EXPECT_EQ(u.find("Response Formats"), std::string::npos) << u;
+  }
+}
+
 // What the checks above let through is honoured: a user's name is its author name, an assistant
 // message sent back as the SDKs return it (neutral refusal, audio, annotations) renders as its content,
 // and a refusal with no content is the answer's text.

@@ -96,6 +96,22 @@ TEST(RequestFields, LogitBiasAndPenaltiesWithinTheirRanges) {
   EXPECT_EQ(refusal([] { logit_adjust_fields(json::parse(R"({"frequency_penalty": -3})"), 10); }).param, "frequency_penalty");
 }
 
+TEST(RequestFields, IdentifiersHaveOpenAisTypes) {
+  EXPECT_NO_THROW(check_identifier_fields(
+      json::parse(R"({"user": "u", "metadata": {"a": "b"}, "prompt_cache_key": "k", "safety_identifier": "s", "n": 1})")));
+  EXPECT_NO_THROW(check_identifier_fields(json::parse(R"({"user": null, "metadata": null})")));
+  for (const char* body : {R"({"user": 7})", R"({"prompt_cache_key": [1]})", R"({"safety_identifier": {}})", R"({"metadata": 5})",
+                           R"({"metadata": {"a": 5}})"}) {
+    const json b = json::parse(body);
+    EXPECT_EQ(refusal([&] { check_identifier_fields(b); }).param, b.begin().key()) << body;
+  }
+  json many = json::object();
+  for (int i = 0; i < 17; ++i) many["k" + std::to_string(i)] = "v";
+  EXPECT_EQ(refusal([&] { check_identifier_fields(json{{"metadata", many}}); }).param, "metadata");
+  EXPECT_EQ(refusal([] { check_identifier_fields(json{{"metadata", {{std::string(65, 'k'), "v"}}}}); }).param, "metadata");
+  EXPECT_EQ(refusal([] { check_identifier_fields(json{{"metadata", {{"k", std::string(513, 'v')}}}}); }).param, "metadata");
+}
+
 TEST(RequestFields, LogprobsPerEndpoint) {
   EXPECT_EQ(logprobs_field(json::parse("{}"), true), -1);
   EXPECT_EQ(logprobs_field(json::parse(R"({"logprobs": true})"), true), 0);
