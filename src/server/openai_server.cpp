@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <map>
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -674,8 +675,17 @@ struct OpenAiServer::Impl {
     }
     // Every field is read before the generation starts: a refusal after it would leave it running.
     const bool stream = get_field<bool>(b, "stream", false), keep = get_field<bool>(b, "store", true);
-    const std::vector<harmony::Message> conv = conversation(chat, "input");
-    Prepared p = prepare_chat(chat, conv, *ticket);
+    // The chat request's checks name chat fields: their Responses names go back to the client.
+    Prepared p;
+    try {
+      p = prepare_chat(chat, conversation(chat, "input"), *ticket);
+    } catch (ApiError& e) {
+      static const std::map<std::string, std::string> kResponsesName = {
+          {"messages", "input"}, {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"},
+          {"reasoning_effort", "reasoning.effort"}};
+      if (auto it = kResponsesName.find(e.param); it != kResponsesName.end()) e.param = it->second;
+      throw;
+    }
     const std::string id = new_id("resp_");
     const int64_t created = unix_now();
     auto out = std::make_shared<ResponsesOutput>(tok, p.declared);

@@ -298,6 +298,12 @@ await test("nested fields are honoured or refused by path; no refusal leaves a g
                        { text: { format: { type: "json_schema", name: "x", schema: { type: "object" }, zz: 1 } } },
                        { tools: [{ type: "function", name: "f", zz: 1 }] }])
     await expectStatus(client.responses.create({ model, input: "hi", max_output_tokens: 8, ...extra }), 400);
+  // Errors the chat mapping finds name the Responses field the client sent.
+  for (const [extra, param] of [[{ text: { format: { type: "xml" } } }, "text.format"], [{ max_output_tokens: 0 }, "max_output_tokens"],
+                                [{ reasoning: { effort: "none" } }, "reasoning.effort"]]) {
+    const e = await expectStatus(client.responses.create({ model, input: "hi", ...extra }), 400);
+    assert(e.error?.param === param, `${show(extra)}: ${show(e.error)}`);
+  }
   const after = await (await fetch(`${server.base}/metrics`)).text();
   assert(count(after) === count(before), `refused requests reached the engine: ${count(before)} -> ${count(after)}`);
   // What passes is honoured: a user's name, an assistant message as the SDK returns it, agreeing
