@@ -3,8 +3,10 @@
 // object arguments, tools with random JSON schemas, tool_choice, reasoning settings), mutated
 // (wrong types, missing or extra fields, deep nesting, control-token text, odd UTF-8), serialized
 // and sent through what `osprey serve` does with a body: the bounded parse, the request mapping
-// with its prompt-size bound, and, for every 8th request the mapping accepts, the Harmony renderer
-// and the tokenizer. Nothing may crash or throw anything but the two documented errors.
+// with its prompt-size bound, for every 8th request the mapping accepts the Harmony renderer and the
+// tokenizer, and for every 64th the structured-output spec (response_format, strict and forced tool
+// calls: the server built it after the mapping, and once crashed there on a tool the mapping had
+// skipped). Nothing may crash or throw anything but the documented errors.
 // Usage: osprey_fuzz_chat_request [requests] [seed]
 #include <cstdio>
 #include <random>
@@ -15,6 +17,7 @@
 #include "harmony/o200k.h"
 #include "harmony/renderer.h"
 #include "server/request_json.h"
+#include "server/structured_output.h"
 
 using json = nlohmann::ordered_json;
 using namespace osprey;
@@ -137,6 +140,15 @@ struct Gen {
     }
     if (chance(30)) r["reasoning_effort"] = chance(80) ? json(std::vector<std::string>{"low", "medium", "high", "max"}[pick(4)]) : scalar();
     if (chance(10)) r["reasoning"] = any(2);
+    if (chance(15)) {
+      static const char* types[] = {"json_schema", "json_object", "text", "xml"};
+      json js = {{"name", chance(90) ? json(name()) : scalar()}, {"schema", chance(90) ? schema(int(pick(4))) : any(2)}};
+      if (chance(30)) js["strict"] = chance(80) ? json(chance(50)) : scalar();
+      if (chance(20)) js["description"] = chance(80) ? json(text()) : scalar();
+      json rf = {{"type", types[pick(4)]}};
+      if (rf["type"] == "json_schema" || chance(5)) rf["json_schema"] = chance(95) ? js : any(2);
+      r["response_format"] = chance(95) ? rf : any(2);
+    }
     return r;
   }
 };
@@ -158,7 +170,8 @@ int main(int argc, char** argv) {
   Gen g(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 2026);
   const harmony::Tokenizer& tok = harmony::Tokenizer::embedded_o200k_harmony();
   const harmony::Renderer renderer(tok);
-  long parsed = 0, mapped = 0, rendered = 0, too_deep = 0;
+  server::GrammarRegistry grammars(tok);
+  long parsed = 0, mapped = 0, rendered = 0, too_deep = 0, specs = 0;
   for (long i = 0; i < requests; ++i) {
     std::string body;
     if (i % 997 == 0) {
@@ -188,13 +201,22 @@ int main(int argc, char** argv) {
         }
         ++rendered;
       }
+      if (mapped % 64 == 0) {
+        std::set<std::string> declared;  // the functions the prompt declares, as the server finds them
+        for (const harmony::Message& m : conv)
+          if (auto* d = std::get_if<harmony::DeveloperContent>(&m.content))
+            if (auto it = d->tools.find("functions"); it != d->tools.end())
+              for (const auto& t : it->second.tools) declared.insert(t.name);
+        server::structured_spec(b, declared, grammars, {}, 512);
+        ++specs;
+      }
     } catch (const Error&) {
       // a refused request: fine
     }
   }
-  std::printf("fuzz_chat_request: %ld requests, %ld parsed, %ld too deep, %ld mapped, %ld rendered\n", requests,
-              parsed, too_deep, mapped, rendered);
-  if (mapped == 0 || rendered == 0 || too_deep == 0) {
+  std::printf("fuzz_chat_request: %ld requests, %ld parsed, %ld too deep, %ld mapped, %ld rendered, %ld specs built\n",
+              requests, parsed, too_deep, mapped, rendered, specs);
+  if (mapped == 0 || rendered == 0 || too_deep == 0 || specs == 0) {
     std::fprintf(stderr, "the generator reached too little of the request path\n");
     return 1;
   }
