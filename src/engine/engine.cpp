@@ -98,6 +98,15 @@ bool RequestHandle::next(TokenEvent& ev) {
   return true;
 }
 
+std::optional<bool> RequestHandle::next_for(TokenEvent& ev, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty() || done_; })) return std::nullopt;
+  if (events_.empty()) return false;
+  ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
 void RequestHandle::push(TokenEvent ev) {
   {
     std::lock_guard lk(mu_);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <chrono>
 #include <optional>
 #include <span>
 #include <string>
@@ -125,6 +126,9 @@ class RequestHandle {
  public:
   // Waits for the next event; false once the request is finished and drained.
   bool next(TokenEvent& ev);
+  // As next, waiting at most `timeout`: nullopt when it ran out first (a long prompt's prefill),
+  // so a waiter can probe its client meanwhile.
+  std::optional<bool> next_for(TokenEvent& ev, std::chrono::milliseconds timeout);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
   int64_t id() const { return id_; }

@@ -141,7 +141,8 @@ ToolNamespace function_tools(const ordered_json& tools) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const ordered_json& t = tools[i];
     std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function") fail("{}: only type 'function' tools are supported", where);
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+      fail("{}: only type 'function' tools are supported", where);
     only_keys(t, {"type", "function"}, where);
     auto f = t.find("function");
     if (f == t.end() || !f->is_object()) fail("{}: missing 'function' object", where);
@@ -255,11 +256,12 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
   const ordered_json& msgs = *msgs_it;
   // An assistant's reasoning is kept only if no later assistant message carries a final answer.
   std::vector<bool> final_after(msgs.size() + 1, false);
-  if (settings.last_is_reply && (!msgs.back().is_object() || msgs.back().value("role", "") != "assistant"))
+  auto role_is = [](const ordered_json& m, const char* role) { return m.is_object() && m.contains("role") && m["role"] == role; };
+  if (settings.last_is_reply && !role_is(msgs.back(), "assistant"))
     fail("the last message must be the assistant's reply");
   for (size_t i = msgs.size() - (settings.last_is_reply ? 1 : 0); i-- > 0;) {
     const ordered_json& m = msgs[i];
-    bool is_final = m.is_object() && m.value("role", "") == "assistant" && m.contains("content") &&
+    bool is_final = role_is(m, "assistant") && m.contains("content") &&
                     !m["content"].is_null() && !(m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty());
     final_after[i] = final_after[i + 1] || is_final;
   }

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -42,6 +43,9 @@ constexpr size_t kMaxBytesPerToken = 128;
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 const std::string kSseDone = "data: [DONE]\n\n";
 const std::string kSseKeepAlive = ": \n\n";  // an SSE comment: clients skip it
+// While an answer waits for its next event (a long prompt's prefill), its client is probed this
+// often: a write to a client that went away fails, and the generation is cancelled.
+constexpr std::chrono::milliseconds kProbeEvery{250};
 
 // The fields that every response object and stream event of one request share.
 struct Envelope {
@@ -113,10 +117,11 @@ struct OpenAiServer::Impl {
   }
 
   // A non-streaming answer: one JSON object when generation ends (all n choices). The first event
-  // is awaited here, so a failure before any token is still a 500. After it the body goes out
-  // chunked, one space per token event ahead of the object (JSON allows leading whitespace): a
+  // is awaited here for up to a second, so a failure before any token is still a 500. Then the body
+  // goes out chunked, one space per token event ahead of the object (JSON allows leading
+  // whitespace) and one every kProbeEvery while an event is awaited (a long prompt's prefill): a
   // client that went away fails a write within a step or two and its generation is cancelled, not
-  // run to max_tokens.
+  // run on. A failure after that is an error object in the 200's body.
   using Handles = std::vector<std::shared_ptr<RequestHandle>>;
   static void cancel_all(const Handles& hs) {
     for (auto& h : hs) h->cancel();
@@ -124,21 +129,23 @@ struct OpenAiServer::Impl {
   void answer_when_done(httplib::Response& res, Handles handles, std::shared_ptr<Ticket> ticket,
                         std::function<void(size_t, const TokenEvent&)> on_event, std::function<json()> body) {
     TokenEvent first;
-    const bool more = handles[0]->next(first);
-    if (more && first.finish == FinishReason::Error) {
+    const std::optional<bool> got = handles[0]->next_for(first, std::chrono::seconds(1));
+    if (got && *got && first.finish == FinishReason::Error) {
       cancel_all(handles);
       throw ApiError(500, "generation failed: " + first.error, "server_error");
     }
-    if (more) on_event(0, first);
+    if (got && *got) on_event(0, first);  // else the provider awaits it, probing the client
     res.set_chunked_content_provider(
         "application/json",
         [=, this](size_t, httplib::DataSink& sink) {
           TokenEvent ev;
           std::string error;
           for (size_t i = 0; i < handles.size(); ++i)
-            while (handles[i]->next(ev)) {
-              if (ev.finish == FinishReason::Error) error = ev.error;
-              else on_event(i, ev);
+            for (std::optional<bool> e; !(e = handles[i]->next_for(ev, kProbeEvery)) || *e;) {
+              if (e) {
+                if (ev.finish == FinishReason::Error) error = ev.error;
+                else on_event(i, ev);
+              }
               if (!sink.write(" ", 1)) {
                 cancel_all(handles);
                 return client_left(*handles[i]);
@@ -448,7 +455,9 @@ struct OpenAiServer::Impl {
             if (!send(chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return client_left(*handle);
           }
           TokenEvent ev;
-          if (!handle->next(ev)) return false;
+          const std::optional<bool> got = handle->next_for(ev, kProbeEvery);
+          if (!got) return send(kSseKeepAlive) || client_left(*handle);  // no token yet: probe the client
+          if (!*got) return false;
           if (ev.token >= 0) {
             json lp;
             const std::vector<json> deltas = on_token(i, ev, want_logprobs ? &lp : nullptr);
@@ -609,7 +618,9 @@ struct OpenAiServer::Impl {
           const size_t i = *cur;
           const auto& handle = handles[i];
           TokenEvent ev;
-          if (!handle->next(ev)) return false;
+          const std::optional<bool> got = handle->next_for(ev, kProbeEvery);
+          if (!got) return send(kSseKeepAlive) || client_left(*handle);  // no token yet: probe the client
+          if (!*got) return false;
           const bool last = ev.finish != FinishReason::None;
           json lp;
           const std::string piece = push(i, ev, want_logprobs ? &lp : nullptr);
@@ -745,7 +756,9 @@ struct OpenAiServer::Impl {
               return client_left(*handle);
           }
           TokenEvent ev;
-          if (!handle->next(ev)) return false;
+          const std::optional<bool> got = handle->next_for(ev, kProbeEvery);
+          if (!got) return send(kSseKeepAlive) || client_left(*handle);  // no token yet: probe the client
+          if (!*got) return false;
           std::vector<json> evs;
           if (ev.token >= 0) {
             ++tally->completion;
@@ -806,6 +819,12 @@ struct OpenAiServer::Impl {
         res.status = e.status;
         if (e.status == 429) res.set_header("Retry-After", "1");
         res.set_content(dump(error_body(e.what(), e.type, e.param, e.code)), "application/json");
+      } catch (const nlohmann::json::type_error& e) {
+        // A request value of a type some reader did not check: the client's to fix, not a 500.
+        res.status = 400;
+        res.set_content(dump(error_body(std::string("the request holds a value of the wrong type: ") + e.what(),
+                                        "invalid_request_error", "", "")),
+                        "application/json");
       } catch (const std::exception& e) {
         res.status = 500;
         res.set_content(dump(error_body(std::string("internal error: ") + e.what(), "server_error", "", "")), "application/json");
@@ -836,6 +855,13 @@ struct OpenAiServer::Impl {
     // read and discard it first).
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       const std::string len = req.get_header_value("Content-Length");
+      if (!len.empty() && !std::all_of(len.begin(), len.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        res.status = 400;
+        res.set_header("Connection", "close");
+        res.set_content(dump(error_body(fmt::format("Content-Length '{}' is not a byte count", len), "invalid_request_error", "", "")),
+                        "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (!len.empty() && (len.size() > 18 || std::stoull(len) > cfg.max_body_bytes)) {
         res.status = 413;
         res.set_header("Connection", "close");

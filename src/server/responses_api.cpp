@@ -48,6 +48,15 @@ namespace {
   throw FieldError(field, fmt::format("'{}' {}", field, why));
 }
 
+// obj[key] as a string: `dflt` when absent or null, refused (naming WHERE.KEY) when of another type
+// (nlohmann's value() would throw a type error, a 500).
+std::string string_at(const json& obj, const char* key, const std::string& where, const std::string& dflt = "") {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return dflt;
+  if (!it->is_string()) refuse(where + "." + key, "must be a string");
+  return it->get<std::string>();
+}
+
 // A message's content: a string, or parts of type input_text / output_text / text.
 std::string content_text(const json& c, const std::string& where) {
   if (c.is_string()) return c.get<std::string>();
@@ -55,7 +64,7 @@ std::string content_text(const json& c, const std::string& where) {
   std::string s;
   for (size_t i = 0; i < c.size(); ++i) {
     const json& p = c[i];
-    const std::string type = p.is_object() ? p.value("type", "") : "";
+    const std::string type = p.is_object() ? string_at(p, "type", fmt::format("{}[{}]", where, i)) : "";
     if (type != "input_text" && type != "output_text" && type != "text")
       refuse(fmt::format("{}[{}]", where, i), fmt::format("has type '{}': only text parts are supported", type));
     if (!p.contains("text") || !p["text"].is_string()) refuse(fmt::format("{}[{}].text", where, i), "must be a string");
@@ -85,9 +94,9 @@ void input_messages(const json& input, json& out) {
     const json& it = input[i];
     const std::string where = fmt::format("input[{}]", i);
     if (!it.is_object()) refuse(where, "must be an object");
-    const std::string type = it.value("type", it.contains("role") ? "message" : "");
+    const std::string type = string_at(it, "type", where, it.contains("role") ? "message" : "");
     if (type == "message") {
-      const std::string role = it.value("role", "");
+      const std::string role = string_at(it, "role", where);
       if (role != "user" && role != "system" && role != "developer" && role != "assistant")
         refuse(where + ".role", fmt::format("'{}' is not one of user, system, developer, assistant", role));
       const std::string text = content_text(it.value("content", json()), where + ".content");
@@ -103,11 +112,12 @@ void input_messages(const json& input, json& out) {
       std::string text;
       if (auto c = it.find("content"); c != it.end() && c->is_array())
         for (const json& p : *c)
-          if (p.is_object() && p.value("type", "") == "reasoning_text") text += p.value("text", "");
+          if (p.is_object() && string_at(p, "type", where + ".content[]") == "reasoning_text")
+            text += string_at(p, "text", where + ".content[]");
       if (text.empty())  // only a summary: it stands for the reasoning
         if (auto s = it.find("summary"); s != it.end() && s->is_array())
           for (const json& p : *s)
-            if (p.is_object()) text += p.value("text", "");
+            if (p.is_object()) text += string_at(p, "text", where + ".summary[]");
       if (text.empty() && it.contains("encrypted_content") && !it["encrypted_content"].is_null())
         refuse(where + ".encrypted_content", "cannot be read here (osprey returns reasoning as text, never encrypted)");
       json& a = assistant();
@@ -177,7 +187,7 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
     json out = json::array();
     for (size_t i = 0; i < tools->size(); ++i) {
       const json& t = (*tools)[i];
-      const std::string type = t.is_object() ? t.value("type", "") : "";
+      const std::string type = t.is_object() ? string_at(t, "type", fmt::format("tools[{}]", i)) : "";
       if (type != "function") refuse(fmt::format("tools[{}]", i), fmt::format("has type '{}': only function tools are served", type));
       json f = {{"name", t.value("name", json())}};
       for (auto it = t.begin(); it != t.end(); ++it)
@@ -191,7 +201,7 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
   if (const json* tc = given("tool_choice")) {
     if (tc->is_string()) {
       chat["tool_choice"] = *tc;
-    } else if (tc->is_object() && tc->value("type", "") == "function" && tc->contains("name")) {
+    } else if (tc->is_object() && string_at(*tc, "type", "tool_choice") == "function" && tc->contains("name")) {
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
     } else {
       refuse("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"name\": NAME}");
@@ -221,7 +231,7 @@ json chat_request_from_responses(const json& req, const json& history, json& mes
       if (!f->is_object() || !f->contains("type")) refuse("text.format", "must be an object with a 'type'");
       const std::string type = (*f)["type"].is_string() ? (*f)["type"].get<std::string>() : "";
       if (type == "json_schema") {
-        json js = {{"name", f->value("name", "response")}, {"schema", f->value("schema", json())}};
+        json js = {{"name", string_at(*f, "name", "text.format", "response")}, {"schema", f->value("schema", json())}};
         for (auto it = f->begin(); it != f->end(); ++it)
           if (it.key() == "description" || it.key() == "strict") js[it.key()] = it.value();
           else if (it.key() != "type" && it.key() != "name" && it.key() != "schema")

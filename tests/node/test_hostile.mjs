@@ -74,6 +74,8 @@ await test("type errors and bad tools are a 400 naming the field, never a 500", 
     [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", required: "a" } } }] }, "tools"],
     [{ messages: [{ role: "user", content: [{ type: "text", text: 5 }] }] }, "messages"],
     [{ max_tokens: "many" }, "max_tokens"],
+    [{ messages: [{ role: 1, content: "x" }] }, "messages"],
+    [{ tools: [{ type: 5, function: { name: "f" } }] }, "tools"],
     [{ temperature: "hot" }, "temperature"],
   ];
   for (const [extra, param] of cases) {
@@ -81,6 +83,27 @@ await test("type errors and bad tools are a 400 naming the field, never a 500", 
     assert(r.status === 400, `${JSON.stringify(extra)}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
     assert(r.body.error.param === param, `${JSON.stringify(extra)}: param ${r.body.error.param}, ${r.body.error.message}`);
   }
+});
+
+await test("type errors on /v1/responses are a 400 naming the path, never a 500", async () => {
+  for (const [input, param] of [[[{ type: 1 }], "input[0].type"], [[{ role: 5, content: "x" }], "input[0].role"],
+                                [[{ role: "user", content: [{ type: 5 }] }], "input[0].content[0].type"]]) {
+    const r = await post(s.base, "/v1/responses", { model: "tiny", input, max_output_tokens: 2 });
+    assert(r.status === 400 && r.body.error.param === param, `${JSON.stringify(input)}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+  }
+});
+
+await test("a Content-Length that is not a number is a 400", async () => {
+  const data = await new Promise((resolve, reject) => {
+    let got = "";
+    const sock = net.connect(s.port, "127.0.0.1", () =>
+      sock.write("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: abc\r\n\r\n{}"));
+    sock.on("data", (d) => { got += d; if (got.includes("}")) { sock.destroy(); resolve(got); } });
+    sock.on("error", reject);
+    sock.on("close", () => resolve(got));
+    setTimeout(() => reject(new Error("no answer in 5 s")), 5000);
+  });
+  assert(data.startsWith("HTTP/1.1 400") && /not a byte count/.test(data), data.slice(0, 200));
 });
 
 await test("max_tokens beyond the context is a 400 that says the numbers", async () => {
@@ -190,11 +213,11 @@ async function settle(base) {  // waits (bounded) until nothing runs and no KV b
 }
 // A client that leaves: a raw socket, closed after a second (node's fetch keeps reading an aborted
 // body to reuse its connection, so it never leaves).
-function leaveAfter(port, body, ms) {
+function leaveAfter(port, body, ms, route = "/v1/chat/completions") {
   return new Promise((resolve) => {
     const text = JSON.stringify(body);
     const sock = net.connect(port, "127.0.0.1", () => sock.write(
-      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`));
+      `POST ${route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`));
     sock.on("data", () => {});
     sock.on("error", () => {});
     setTimeout(() => { sock.destroy(); resolve(); }, ms);
@@ -210,6 +233,23 @@ for (const stream of [false, true]) {
     assert(generated < 3000, `${generated} tokens generated after the client left`);
     assert(await metric(s.base, "client_disconnects_total") === before.gone + 1, "the disconnect was not counted");
     assert(await metric(s.base, "http_requests_admitted") === 0, "a ticket leaked");
+  });
+}
+
+// A client that leaves while its long prompt is still prefilling (24,000 tokens: tens of seconds on
+// the CPU machine) is noticed within a probe or two, not when the first token comes.
+const long = await startServerIn(osprey, modelDir, ["--max-seq-len", "32768"]);
+for (const stream of [false, true]) {
+  await test(`a ${stream ? "streaming" : "non-streaming"} client that leaves during prefill is noticed at once`, async () => {
+    const gone = await metric(long.base, "client_disconnects_total");
+    const prompt = Array.from({ length: 24000 }, (_, i) => 1000 + (i % 50000));
+    await leaveAfter(long.port, { model: "tiny", prompt, max_tokens: 4, stream }, 1500, "/v1/completions");
+    const t = Date.now();
+    while (await metric(long.base, "http_requests_admitted") > 0 && Date.now() - t < 20000) await sleep(100);
+    const ms = Date.now() - t;
+    assert(ms < 5000, `the request was held ${ms} ms after its client left`);
+    assert(await metric(long.base, "client_disconnects_total") === gone + 1, "the disconnect was not counted");
+    await settle(long.base);
   });
 }
 
