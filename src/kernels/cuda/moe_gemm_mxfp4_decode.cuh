@@ -269,14 +269,22 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
     for (int q = 0; q < kChunks; ++q) {
       if (q > 0) __syncthreads();  // every warp is done with the chunk before
       // Only the pass's rows: an MMA column (a row here) reads only its own activations, so the
-      // columns past them compute from whatever the stage holds and are never stored.
-      for (int i = threadIdx.x; i < ks * nrows * pieces; i += blockDim.x) {
-        const int p = i % pieces, rl = i / pieces % nrows, s = i / pieces / nrows;
+      // columns past them compute from whatever the stage holds and are never stored. Piece i of
+      // the pass is (split s, row rl, piece p), i = (s nrows + rl) pieces + p; a thread finds its
+      // first once and steps it by the block's size with carries (dividing every i by these runtime
+      // counts cost more instructions than the copy).
+      const int step = int(blockDim.x), step_rows = step / pieces, step_p = step % pieces;
+      int p = int(threadIdx.x) % pieces, rl = int(threadIdx.x) / pieces, s = rl / nrows;
+      rl %= nrows;
+      for (int i = threadIdx.x; i < ks * nrows * pieces; i += step) {
         const int sk0 = min(KB, s * per_split), sk1 = min(KB, sk0 + per_split), kb = sk0 + q * L + p / 16, r = base + rl;
         const int src = kb < sk1 ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
         const uint4 v = src >= 0 ? __ldcg(reinterpret_cast<const uint4*>(x + size_t(src) * Kp) + kb * 16 + p % 16)
                                  : make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(stage + (size_t(s) * R + rl) * xs + p * 16) = v;
+        p += step_p, rl += step_rows;
+        if (p >= pieces) p -= pieces, ++rl;
+        while (rl >= nrows) rl -= nrows, ++s;
       }
       __syncthreads();
       const int c0 = min(kb1, kb0 + q * L), c1 = min(kb1, c0 + L);
