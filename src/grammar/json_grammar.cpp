@@ -60,7 +60,7 @@ class Compiler {
     check_cycles();
     compute_min_bytes();
     compute_commit_slack();
-    if (g_.nodes[size_t(g_.root)].min_bytes >= kInf) throw SchemaError("$ref", "the schema admits no finite value (a required recursion)");
+    if (g_.nodes[size_t(g_.root)].min_bytes >= kInf) throw SchemaError("$ref", "the schema admits no finite value (a required recursion, or a minLength or minItems whose smallest value passes 2^40 bytes)");
     return std::move(g_);
   }
 
@@ -380,9 +380,13 @@ class Compiler {
             if (req > 1) m += (req - 1) * is;
             break;
           }
-          case NodeKind::Array:
-            m = 2 + n.min_items * g_.nodes[size_t(n.items)].min_bytes + std::max<int64_t>(0, n.min_items - 1) * is;
+          case NodeKind::Array: {  // saturating: minItems may be as large as 2^62
+            const int64_t item = g_.nodes[size_t(n.items)].min_bytes;
+            m = n.min_items > 0 && item + is > (kInf - 2) / n.min_items
+                    ? kInf
+                    : 2 + n.min_items * item + std::max<int64_t>(0, n.min_items - 1) * is;
             break;
+          }
           case NodeKind::AnyOf:
             for (int a : n.alts) m = std::min(m, g_.nodes[size_t(a)].min_bytes);
             break;

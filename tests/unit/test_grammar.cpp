@@ -150,6 +150,22 @@ TEST(Grammar, UnsupportedKeywordsAreNamed) {
   }
 }
 
+// A smallest document past 2^40 bytes is no finite value: refused, never wrapped around (minItems
+// times its items' smallest size once overflowed int64 and let such a schema through).
+TEST(Grammar, HugeMinimumsAdmitNoFiniteValue) {
+  for (const char* schema : {R"J({"type":"array","items":{"type":"string","minLength":1},"minItems":4611686018427387904})J",
+                             R"J({"type":"array","items":{"type":"integer"},"minItems":1099511627776})J",
+                             R"J({"type":"string","minLength":4611686018427387904})J"}) {
+    try {
+      compile(schema);
+      ADD_FAILURE() << schema << " compiled";
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find("no finite value"), std::string::npos) << schema << ": " << e.what();
+    }
+  }
+  EXPECT_NO_THROW(compile(R"J({"type":"array","items":{"type":"integer"},"minItems":3})J"));
+}
+
 TEST(Grammar, CompactSeparators) {
   GrammarOptions opt{.any_whitespace = false, .item_separator = ", ", .key_separator = ": "};
   auto g = compile(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"array","items":{"type":"integer"}}},
