@@ -7,26 +7,28 @@
 
 namespace osprey::server {
 
-template <>
-double get_field(const json& b, const char* key, double fallback) {
+namespace {
+// `key` of `b`: `fallback` when absent or null; refused as "must be KIND" where `is` rejects it.
+template <typename T, typename Is>
+T typed_field(const json& b, const char* key, T fallback, Is is, const char* kind) {
   auto it = b.find(key);
   if (it == b.end() || it->is_null()) return fallback;
-  if (!it->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), "invalid_request_error", key);
-  return it->get<double>();
+  if (!is(*it)) throw ApiError(400, fmt::format("'{}' must be {}", key, kind), "invalid_request_error", key);
+  return it->get<T>();
+}
+}  // namespace
+
+template <>
+double get_field(const json& b, const char* key, double fallback) {
+  return typed_field(b, key, fallback, [](const json& v) { return v.is_number(); }, "a number");
 }
 template <>
 int64_t get_field(const json& b, const char* key, int64_t fallback) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) throw ApiError(400, fmt::format("'{}' must be an integer", key), "invalid_request_error", key);
-  return it->get<int64_t>();
+  return typed_field(b, key, fallback, [](const json& v) { return v.is_number_integer(); }, "an integer");
 }
 template <>
 bool get_field(const json& b, const char* key, bool fallback) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", key), "invalid_request_error", key);
-  return it->get<bool>();
+  return typed_field(b, key, fallback, [](const json& v) { return v.is_boolean(); }, "a boolean");
 }
 
 bool wants_usage(const json& b) {
