@@ -163,7 +163,7 @@ struct TimedPhaseSync {
   __device__ __noinline__ void name(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync)
 OSPREY_PHASE(embed_norm_phase) {
   const auto& a = ph.as<EmbedNormArgs>();
-  embed_norm_body<kThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
+  embed_norm_body<kThreads, kRowThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
 }
 template <int MINB, int R>
 __device__ __noinline__ void fp8_gemm_phase(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync) {
@@ -194,7 +194,7 @@ OSPREY_PHASE(mxfp4_gemm_phase) {
 }
 OSPREY_PHASE(combine_norm_phase) {
   const auto& a = ph.as<CombineArgs>();
-  moe_combine_norm_body<kThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s, a.ld,
+  moe_combine_norm_body<kThreads, kRowThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s, a.ld,
                                   nullptr, b, sync);
 }
 OSPREY_PHASE(argmax_partial_phase) {
@@ -307,18 +307,9 @@ void PersistentDecode::fp8_gemm(const char* name, const uint8_t* W, const float*
   ActSegments sg;
   sg.rows = rows, sg.ld = x_ld;
   const int R = rows == 1 ? 1 : 8;
-  // K-splits for this grid: the fewest waves of virtual blocks (a wave is as slow as its slowest
-  // block) times what each warp of a block costs, its K blocks plus a round trip's worth (the
-  // ring's fill and the partial sums' reduction, about 4 blocks' time); ties to fewer splits.
-  const int row_tiles = (N + 15) / 16, KB = (K + kB - 1) / kB;
-  constexpr double kRoundTrip = 4.0;
-  int ks = 1;
-  double best = 1e30;
-  for (int k = 1; k <= kSkinnyWarps && k <= KB; k *= 2) {
-    const int blocks = (row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps;
-    const double cost = double((blocks + grid_ - 1) / grid_) * ((KB + k - 1) / k + kRoundTrip);
-    if (cost < best) best = cost, ks = k;
-  }
+  // The per-op path's K-splits (fp8_gemm_dense's), not the ones this grid would pick: the same
+  // fp32 sums in the same order, so the step's logits are the per-op step's bits.
+  const int ks = fp8_dense_k_splits(N, K, rows);
   const int smem = int(skinny_smem_bytes(1, R, K, persistent_ring(blocks_per_sm_)));
   add(PersistentPhase::of(R == 1 ? PhaseKind::Fp8GemmRow1 : PhaseKind::Fp8GemmRow8, skinny_grid_x(N, ks), 1, 1, smem,
                           Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, ks}), name);
@@ -339,6 +330,13 @@ void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf1
   if (L.fp8() || L.f16) fail_plain("PersistentDecode::attention: the persistent kernel reads a BF16 KV cache only");
   if (L.d != 64 || heads % L.kv_heads || group > 16 || group * L.d % 128 || !merge_count || !quant.q)
     fail_plain("PersistentDecode::attention: head_dim 64, at most 16 query heads a KV head, whole 128-column blocks");
+  // Its blocks' 8 warps split the keys as the per-op kernel's do when it runs 8 a split: then the
+  // same sums. Elsewhere the per-op step's bits cannot be kept: refused (at load: the plans are
+  // built there).
+  if (decode_attention_warps(rows, L.kv_heads, splits) != kThreads / 32)
+    fail_plain("PersistentDecode::attention: " + std::to_string(rows) + " rows x " + std::to_string(L.kv_heads) +
+               " KV heads x " + std::to_string(splits) + " splits run fewer than 8 warps a split kernel by kernel; "
+               "the persistent phase would not sum as that path does");
   const DecodeAttentionArgs a{L, q, sinks, slot, pos, heads, window, scale * kLog2e, splits, scratch, merge_count,
                               nullptr, quant};
   // The attention phase is staged at two blocks an SM (attention_phase).

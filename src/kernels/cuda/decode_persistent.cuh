@@ -4,9 +4,11 @@
 // its own virtual grid; the persistent blocks take a phase's virtual blocks in turn (round robin,
 // continuing where the phase before ended) and wait on a counter instead of a kernel boundary, so a
 // block that finishes a phase starts streaming the weights of its next one while others still
-// work. The arithmetic is the per-op kernels' own, with the same roundings. Chosen for this grid,
-// and so summed in another order than the per-op path's: the dense GEMMs' K-splits, the norms'
-// thread count (256, not 1,024), the attention's KV splits and its warps a split (8).
+// work. The arithmetic is the per-op kernels' own, with the same roundings and the same order of
+// fp32 sums, so a step's logits are the per-op step's bits: the dense GEMMs take fp8_gemm_dense's
+// K-splits, the norms sum as 1,024-thread blocks do (rmsnorm_quantize_row's VTHREADS), and the
+// attention's KV splits are decode_attention_splits' (a plan whose per-op kernel would run fewer
+// than 8 warps a split is refused).
 #pragma once
 #include <cstdint>
 #include <string>
