@@ -40,12 +40,14 @@ GptOssWeights mini_weights(const test::TempDir& dir, uint64_t seed) {
   return GptOssWeights::load(dir.str());
 }
 
-// mini-shape with two KV heads (q, k and v fuse into one weight: the persistent decode kernel's
-// shapes), written to dir and loaded.
+// mini-shape with two KV heads (q, k and v fuse into one weight) and 40 experts (the persistent
+// kernel's routing scans over more than one warp of experts, a count that is no multiple of 32),
+// written to dir and loaded.
 GptOssWeights persistent_weights(const test::TempDir& dir, uint64_t seed) {
   SynthPreset p = mini_shape();
   p.name = "persistent-shape";
   p.config.num_kv_heads = 2;
+  p.config.num_experts = 40;
   p.config.validate("persistent-shape");
   synth_checkpoint(p, dir.str(), {.seed = seed, .progress = false, .branch_scale = 0.25f});
   return GptOssWeights::load(dir.str());
@@ -560,8 +562,11 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
 // per-op path's K-splits, norm sums and KV splits), so the logits are the same bits and greedy
 // decoding gives the same tokens, at batch 1, 3 (a bucket of 4 with padding rows) and 8, with the
 // window layers' ring wrapping (prompts past 128 positions). At one block an SM and at two (where
-// the attention stages its tiles through shared memory); on the fused-QKV shape (two KV heads) and
-// on the trained osprey-mini's (one KV head: q, k and v three GEMMs, as kernel by kernel).
+// the attention stages its tiles through shared memory); on the fused-QKV shape (two KV heads, 40
+// experts) and on the trained osprey-mini's (one KV head: q, k and v three GEMMs, as kernel by
+// kernel; 8 experts). The persistent kernel routes on every block (route_choices_block) and the
+// per-op path on one (moe_sort_block): the same choices, and rows whose results do not depend on
+// their order.
 TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
   for (int kv_heads : {2, 1}) {
     SCOPED_TRACE("KV heads " + std::to_string(kv_heads));

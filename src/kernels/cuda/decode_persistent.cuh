@@ -22,6 +22,14 @@ namespace osprey::cuda {
 
 // One phase of the plan (the argument block of its body; defined in decode_persistent.cu).
 struct PersistentPhase;
+// What the experts' first GEMM phase routes first: the top-k and sort of moe_route's logits.
+struct RouteChoicesArgs {
+  const float* logits = nullptr;  // [T][E]; null: no routing before this phase
+  int T = 0, k = 0;
+  int32_t* idx = nullptr;
+  float* w = nullptr;
+  MoeSorted sorted;
+};
 
 class PersistentDecode {
  public:
@@ -53,7 +61,11 @@ class PersistentDecode {
   void attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                  int rows, int heads, int window, float scale, int splits, float* scratch, Quantized1x128 quant,
                  int32_t* merge_count);
-  // moe_route (the per-token front) with h_mxfp4.
+  // moe_route (the per-token front) with h_mxfp4. Its top-k and sort run at the start of the next
+  // mxfp4_gemm phase on every block, each into a routing copy of its own that both expert GEMMs
+  // of the layer read (the same choices and rows as moe_route's, found the same way by every block:
+  // moe_route_body.cuh route_choices_block); block 0 also fills idx, w and sorted, which the
+  // combine reads.
   void moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s, int ld,
                  bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k, float* logits,
                  int32_t* counters, int32_t* idx, float* w, MoeSorted sorted);
@@ -87,6 +99,9 @@ class PersistentDecode {
   float* argmax_val_ = nullptr;
   int* argmax_idx_ = nullptr;
   int argmax_rows_ = 0;
+  int32_t* mine_ = nullptr;  // the blocks' routing copies [grid][mine_stride_] (Mxfp4Args::mine)
+  int mine_stride_ = 0, mine_E_ = 0;
+  RouteChoicesArgs pending_;  // the last moe_route's, for the next mxfp4_gemm
 };
 
 }  // namespace osprey::cuda
