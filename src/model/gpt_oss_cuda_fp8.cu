@@ -922,8 +922,13 @@ struct GptOssCudaFp8::Impl {
     const int Kx = cfg.experts_per_token, ld = fp8::round4(b);
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
     const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
-    // The per-op step's KV splits (and, with them, its sums).
+    // The per-op step's KV splits and, where its kernel runs 8 warps a split as the persistent
+    // phase does, its sums; elsewhere the plan is refused (at load: the plans are built there).
     const int splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
+    if (cuda::decode_attention_warps(b, cfg.num_kv_heads, splits) != 8)
+      fail_plain("the persistent decode kernel: at batch " + std::to_string(b) + " the per-op attention runs fewer "
+                 "than 8 warps a KV split (" + std::to_string(cfg.num_kv_heads) + " KV heads, " +
+                 std::to_string(splits) + " splits), so the persistent step would not sum as it does");
     P.embed_norm(embed.ptr, d_tok.ptr, x.ptr, b, H, layers[0].attn_norm.ptr, eps, act_h.q.ptr, act_h.s.ptr, ld);
     for (int l = 0; l < cfg.num_layers; ++l) {
       const Layer& L = layers[l];

@@ -354,13 +354,6 @@ void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf1
   if (L.fp8() || L.f16) fail_plain("PersistentDecode::attention: the persistent kernel reads a BF16 KV cache only");
   if (L.d != 64 || heads % L.kv_heads || group > 16 || group * L.d % 128 || !merge_count || !quant.q)
     fail_plain("PersistentDecode::attention: head_dim 64, at most 16 query heads a KV head, whole 128-column blocks");
-  // Its blocks' 8 warps split the keys as the per-op kernel's do when it runs 8 a split: then the
-  // same sums. Elsewhere the per-op step's bits cannot be kept: refused (at load: the plans are
-  // built there).
-  if (decode_attention_warps(rows, L.kv_heads, splits) != kThreads / 32)
-    fail_plain("PersistentDecode::attention: " + std::to_string(rows) + " rows x " + std::to_string(L.kv_heads) +
-               " KV heads x " + std::to_string(splits) + " splits run fewer than 8 warps a split kernel by kernel; "
-               "the persistent phase would not sum as that path does");
   const DecodeAttentionArgs a{L, q, sinks, slot, pos, heads, window, scale * kLog2e, splits, scratch, merge_count,
                               nullptr, quant};
   // The attention phase is staged at two blocks an SM (attention_phase).

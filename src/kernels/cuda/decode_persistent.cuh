@@ -7,8 +7,8 @@
 // work. The arithmetic is the per-op kernels' own, with the same roundings and the same order of
 // fp32 sums, so a step's logits are the per-op step's bits: the dense GEMMs take fp8_gemm_dense's
 // K-splits, the norms sum as 1,024-thread blocks do (rmsnorm_quantize_row's VTHREADS), and the
-// attention's KV splits are decode_attention_splits' (a plan whose per-op kernel would run fewer
-// than 8 warps a split is refused).
+// attention's KV splits are decode_attention_splits' (the model refuses a plan whose per-op kernel
+// would run fewer than 8 warps a split).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -57,7 +57,8 @@ class PersistentDecode {
   void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
                          const float* inv_freq, float concentration, int rows, int heads, float* q);
   // paged_attention (d = 64, the tensor-core kernel with its merge in the tail and the output
-  // quantized) with decode_rows.
+  // quantized) with decode_rows. Its blocks' 8 warps split the keys as the per-op kernel's do
+  // where that one runs 8 warps a split (decode_attention_warps): only there the same sums.
   void attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                  int rows, int heads, int window, float scale, int splits, float* scratch, Quantized1x128 quant,
                  int32_t* merge_count);
