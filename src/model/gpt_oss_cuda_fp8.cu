@@ -473,8 +473,7 @@ struct GptOssCudaFp8::Impl {
     OSPREY_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 4));
     const int group = cfg.num_heads / cfg.num_kv_heads;
     persistent_shapes = mxfp4 && !dense_bf16 && cfg.head_dim == 64 && group <= 16 && group * cfg.head_dim % 128 == 0 &&
-                        cfg.experts_per_token <= 8 && cfg.hidden <= 4096 &&
-                        std::all_of(layers.begin(), layers.end(), [](const Layer& L) { return L.fused_qkv; });
+                        cfg.experts_per_token <= 8 && cfg.hidden <= 4096;
     // The persistent plans of the buckets it runs, now: what does not fit (shared memory, blocks
     // an SM) is refused at load, not at the first step.
     if (opt.persistent_decode && persistent_shapes)
@@ -923,16 +922,30 @@ struct GptOssCudaFp8::Impl {
     const int Kx = cfg.experts_per_token, ld = fp8::round4(b);
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
     const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
-    // KV splits of the full layers: about one (row, KV head, split) block per persistent block.
-    const int splits = std::clamp(P.grid() / (b * cfg.num_kv_heads), 1, decode_splits());
+    // The per-op step's KV splits and, where its kernel runs 8 warps a split as the persistent
+    // phase does, its sums; elsewhere the plan is refused (at load: the plans are built there).
+    const int splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
+    if (cuda::decode_attention_warps(b, cfg.num_kv_heads, splits) != 8)
+      fail_plain("the persistent decode kernel: at batch " + std::to_string(b) + " the per-op attention runs fewer "
+                 "than 8 warps a KV split (" + std::to_string(cfg.num_kv_heads) + " KV heads, " +
+                 std::to_string(splits) + " splits), so the persistent step would not sum as it does");
     P.embed_norm(embed.ptr, d_tok.ptr, x.ptr, b, H, layers[0].attn_norm.ptr, eps, act_h.q.ptr, act_h.s.ptr, ld);
     for (int l = 0; l < cfg.num_layers; ++l) {
       const Layer& L = layers[l];
       const cuda::KvLayerView kv = view(l);
       const int window = L.sliding ? cfg.sliding_window : 0;
       P.label("layer " + std::to_string(l));
-      P.fp8_gemm("qkv", L.qkv.data(), L.qkv.scale(), L.qkv.stride(), L.qkv_bias.ptr, act_h.q.ptr, act_h.s.ptr, ld,
-                 qkv.ptr, Q + 2 * KV, /*accumulate=*/false, Q + 2 * KV, H, b);
+      if (L.fused_qkv) {
+        P.fp8_gemm("qkv", L.qkv.data(), L.qkv.scale(), L.qkv.stride(), L.qkv_bias.ptr, act_h.q.ptr, act_h.s.ptr, ld,
+                   qkv.ptr, Q + 2 * KV, /*accumulate=*/false, Q + 2 * KV, H, b);
+      } else {  // q, k and v as the per-op path runs them, each into its columns of the fused layout
+        P.fp8_gemm("q", L.q.data(), L.q.scale(), L.q.stride(), L.q_bias.ptr, act_h.q.ptr, act_h.s.ptr, ld, qkv.ptr,
+                   Q + 2 * KV, /*accumulate=*/false, Q, H, b);
+        P.fp8_gemm("k", L.k.data(), L.k.scale(), L.k.stride(), L.k_bias.ptr, act_h.q.ptr, act_h.s.ptr, ld, qkv.ptr + Q,
+                   Q + 2 * KV, /*accumulate=*/false, KV, H, b);
+        P.fp8_gemm("v", L.v.data(), L.v.scale(), L.v.stride(), L.v_bias.ptr, act_h.q.ptr, act_h.s.ptr, ld,
+                   qkv.ptr + Q + KV, Q + 2 * KV, /*accumulate=*/false, KV, H, b);
+      }
       P.qkv_rope_to_cache(kv, qkv.ptr, d_slot.ptr, d_pos.ptr, inv_freq.ptr, concentration, b, cfg.num_heads, q.ptr);
       P.attention(kv, q.ptr, L.sinks.ptr, d_slot.ptr, d_pos.ptr, b, cfg.num_heads, window, scale,
                   L.sliding ? std::min(splits, window / cuda::kPage + 2) : splits, split_scratch.ptr,

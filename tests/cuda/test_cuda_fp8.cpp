@@ -482,11 +482,7 @@ struct DeviceKvLayer {
 // warps a split as attention_decode.cu does (up to 8 while rows x KV heads x splits x warps x 2 <=
 // 1024). Where they match the two sum in the same order and give the same bits; elsewhere the
 // same values to fp32 rounding, so codes a step apart here and there.
-int per_op_decode_warps(int rows, int kvh, int splits) {
-  int W = 1;
-  while (W < 8 && size_t(rows) * kvh * splits * W * 2 <= 1024) W *= 2;
-  return W;
-}
+int per_op_decode_warps(int rows, int kvh, int splits) { return cuda::decode_attention_warps(rows, kvh, splits); }
 // Codes [rows][K] and 1x128 scales [K/128][ld] back to values.
 std::vector<float> dequantized_1x128(const std::vector<uint8_t>& q, const std::vector<float>& s, int rows, int K, int ld) {
   std::vector<float> v(q.size());

@@ -4,6 +4,7 @@
 // illegal memory access at 33, 34, 65 and 83 tokens (2026-12-01, on trained checkpoints).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -39,12 +40,14 @@ GptOssWeights mini_weights(const test::TempDir& dir, uint64_t seed) {
   return GptOssWeights::load(dir.str());
 }
 
-// mini-shape with two KV heads (q, k and v fuse into one weight: the persistent decode kernel's
-// shapes), written to dir and loaded.
+// mini-shape with two KV heads (q, k and v fuse into one weight) and 40 experts (the persistent
+// kernel's routing scans over more than one warp of experts, a count that is no multiple of 32),
+// written to dir and loaded.
 GptOssWeights persistent_weights(const test::TempDir& dir, uint64_t seed) {
   SynthPreset p = mini_shape();
   p.name = "persistent-shape";
   p.config.num_kv_heads = 2;
+  p.config.num_experts = 40;
   p.config.validate("persistent-shape");
   synth_checkpoint(p, dir.str(), {.seed = seed, .progress = false, .branch_scale = 0.25f});
   return GptOssWeights::load(dir.str());
@@ -555,51 +558,59 @@ TEST(CudaFp8Model, VerifyChunkEqualsDecodingOneByOne) {
 }
 
 // The persistent decode kernel (Options::persistent_decode, for decode steps of up to 8 rows)
-// against the same model kernel by kernel: the same bodies and roundings, only the dense GEMMs' K-splits and the
-// norms' thread count (the order of fp32 sums) differ, so the logits agree to ~1e-6 and greedy
+// against the same model kernel by kernel: the same bodies, roundings and order of fp32 sums (the
+// per-op path's K-splits, norm sums and KV splits), so the logits are the same bits and greedy
 // decoding gives the same tokens, at batch 1, 3 (a bucket of 4 with padding rows) and 8, with the
-// window layers' ring wrapping (prompts past 128 positions). At one block an SM and at two (where the
-// attention stages its tiles through shared memory).
+// window layers' ring wrapping (prompts past 128 positions). At one block an SM and at two (where
+// the attention stages its tiles through shared memory); on the fused-QKV shape (two KV heads, 40
+// experts) and on the trained osprey-mini's (one KV head: q, k and v three GEMMs, as kernel by
+// kernel; 8 experts). The persistent kernel routes on every block (route_choices_block) and the
+// per-op path on one (moe_sort_block): the same choices, and rows whose results do not depend on
+// their order.
 TEST(CudaFp8Model, PersistentDecodeEqualsKernelByKernel) {
-  test::TempDir dir;
-  GptOssWeights w = persistent_weights(dir, 21);
-  const GptOssCudaFp8::Options o{.slots = 8, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
-                                 .cublaslt = false, .persistent_decode = true};
-  GptOssCudaFp8::Options op = o;
-  op.persistent_decode = false;
-  GptOssCudaFp8 mk(w, op);
-  ASSERT_FALSE(mk.persistent_decode(1));
-  const int V = w.config.vocab;
-  for (int blocks_per_sm : {1, 2}) {
-    SCOPED_TRACE("blocks per SM " + std::to_string(blocks_per_sm));
-    GptOssCudaFp8::Options ob = o;
-    ob.persistent_blocks_per_sm = blocks_per_sm;
-    GptOssCudaFp8 mp(w, ob);
-    ASSERT_TRUE(mp.persistent_decode(1) && mp.persistent_decode(8) && !mp.persistent_decode(9));
-    std::mt19937 rng(9);
-    for (int B : {1, 3, 8}) {
-      CudaSlots a(mp), b(mk);
-      std::vector<int32_t> slots(B), toks(B);
-      for (int i = 0; i < B; ++i) {
-        slots[i] = i;
-        std::vector<int32_t> prompt(40 + 37 * i);
-        for (auto& t : prompt) t = int32_t(rng() % 200000);
-        a.prefill_logits(i, prompt, false);
-        b.prefill_logits(i, prompt, false);
-        toks[i] = int32_t(rng() % 200000);
-      }
-      std::vector<std::vector<float>> la = a.decode_logits(slots, toks), lb = b.decode_logits(slots, toks);
-      for (int i = 0; i < B; ++i) {
-        EXPECT_LT(rel_diff(la[i].data(), lb[i].data(), size_t(V)), 2e-6) << "B " << B << " row " << i;
-        EXPECT_EQ(std::max_element(la[i].begin(), la[i].end()) - la[i].begin(),
-                  std::max_element(lb[i].begin(), lb[i].end()) - lb[i].begin());
-      }
-      std::vector<GptOssCudaFp8::RowSampling> greedy(B);
-      std::vector<int32_t> ta = toks, tb = toks;
-      for (int step = 0; step < 24; ++step) {
-        ta = a.decode_select(slots, ta, greedy);
-        tb = b.decode_select(slots, tb, greedy);
-        ASSERT_EQ(ta, tb) << "B " << B << " step " << step;
+  for (int kv_heads : {2, 1}) {
+    SCOPED_TRACE("KV heads " + std::to_string(kv_heads));
+    test::TempDir dir;
+    GptOssWeights w = kv_heads == 2 ? persistent_weights(dir, 21) : mini_weights(dir, 21);
+    ASSERT_EQ(w.config.num_kv_heads, kv_heads);
+    const GptOssCudaFp8::Options o{.slots = 8, .max_context = 1024, .max_rows = 256, .graphs = true, .kv_blocks = 128,
+                                   .cublaslt = false, .persistent_decode = true};
+    GptOssCudaFp8::Options op = o;
+    op.persistent_decode = false;
+    GptOssCudaFp8 mk(w, op);
+    ASSERT_FALSE(mk.persistent_decode(1));
+    const int V = w.config.vocab;
+    for (int blocks_per_sm : {1, 2}) {
+      SCOPED_TRACE("blocks per SM " + std::to_string(blocks_per_sm));
+      GptOssCudaFp8::Options ob = o;
+      ob.persistent_blocks_per_sm = blocks_per_sm;
+      GptOssCudaFp8 mp(w, ob);
+      ASSERT_TRUE(mp.persistent_decode(1) && mp.persistent_decode(8) && !mp.persistent_decode(9));
+      std::mt19937 rng(9);
+      for (int B : {1, 3, 8}) {
+        CudaSlots a(mp), b(mk);
+        std::vector<int32_t> slots(B), toks(B);
+        for (int i = 0; i < B; ++i) {
+          slots[i] = i;
+          std::vector<int32_t> prompt(40 + 37 * i);
+          for (auto& t : prompt) t = int32_t(rng() % 200000);
+          a.prefill_logits(i, prompt, false);
+          b.prefill_logits(i, prompt, false);
+          toks[i] = int32_t(rng() % 200000);
+        }
+        std::vector<std::vector<float>> la = a.decode_logits(slots, toks), lb = b.decode_logits(slots, toks);
+        for (int i = 0; i < B; ++i) {
+          const long first = std::mismatch(la[i].begin(), la[i].end(), lb[i].begin()).first - la[i].begin();
+          EXPECT_EQ(first, V) << "B " << B << " row " << i << ": the logits differ first at index " << first
+                              << " (relative L2 " << rel_diff(la[i].data(), lb[i].data(), size_t(V)) << ")";
+        }
+        std::vector<GptOssCudaFp8::RowSampling> greedy(B);
+        std::vector<int32_t> ta = toks, tb = toks;
+        for (int step = 0; step < 24; ++step) {
+          ta = a.decode_select(slots, ta, greedy);
+          tb = b.decode_select(slots, tb, greedy);
+          ASSERT_EQ(ta, tb) << "B " << B << " step " << step;
+        }
       }
     }
   }

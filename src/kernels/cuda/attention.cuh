@@ -70,6 +70,10 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
 // The split count for a decode step of `rows` rows: with up to 8 warps per split, enough warps
 // over all (row, KV head) pairs to keep the memory system busy (~1024); at most max_splits.
 int decode_attention_splits(int rows, int kv_heads, int max_splits);
+// The warps a split of the head_dim-64 tensor-core decode kernel (up to 8, while rows x KV heads x
+// splits x warps x 2 <= 1024): its blocks' warps split the keys and merge in that order, so the
+// count is part of its sums (the persistent decode kernel runs 8).
+int decode_attention_warps(int rows, int kv_heads, int splits);
 
 // Prefill of one sequence on the tensor cores (attention_prefill.cu; FlashAttention-2 style,
 // mma.sync BF16, fp32 softmax state in base 2): queries of tokens 0..T-1 at positions p0.., all

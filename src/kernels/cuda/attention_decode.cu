@@ -111,6 +111,12 @@ int decode_attention_splits(int rows, int kv_heads, int max_splits) {
   return std::max(1, std::min(want / kMaxWarpsPerSplit, max_splits));
 }
 
+int decode_attention_warps(int rows, int kv_heads, int splits) {
+  int W = 1;
+  while (W < kMaxWarpsPerSplit && size_t(rows) * kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
+  return W;
+}
+
 void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                      float* out, int rows, int heads, int window, float scale, int splits, float* scratch,
                      cudaStream_t s, const Quantized1x128 quant, int32_t* merge_count, bool decode_rows) {
@@ -129,8 +135,7 @@ void paged_attention(const KvLayerView& L, const float* q, const bf16* sinks, co
                "heads per KV head); this layer has head_dim " + std::to_string(L.d) + ", " + std::to_string(group) +
                " heads per KV head");
   if (L.d == 64 && group <= 16) {
-    int W = 1;
-    while (W < kMaxWarpsPerSplit && size_t(rows) * L.kv_heads * splits * W * 2 <= kDecodeWarps) W *= 2;
+    const int W = decode_attention_warps(rows, L.kv_heads, splits);
     const bool tail = merge_count && group * L.d % 128 == 0;
     // Early K/V loads for decode steps of up to 8 rows (a warp's one or two tiles are then most of
     // its work; at batch 1 they took 2.50 -> 2.44 ms).

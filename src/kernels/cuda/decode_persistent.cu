@@ -82,6 +82,11 @@ struct Mxfp4Args {
   float* y;
   int ks;
   SwigluOut sw;  // sw.a: the clamped SwiGLU as the epilogue (y unwritten)
+  // Each block's own copy of the sorted routing, [grid][stride] (seg, active, row_token at 0,
+  // E + 1, 2 E + 1): the expert GEMMs read the copy their block wrote, not rows' buffers.
+  int32_t* mine;
+  int stride, E;
+  RouteChoicesArgs ch;  // ch.logits: this phase first routes (every block, before its work)
 };
 struct CombineArgs {
   float* x;
@@ -163,7 +168,7 @@ struct TimedPhaseSync {
   __device__ __noinline__ void name(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync)
 OSPREY_PHASE(embed_norm_phase) {
   const auto& a = ph.as<EmbedNormArgs>();
-  embed_norm_body<kThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
+  embed_norm_body<kThreads, kRowThreads>(a.table, a.tokens, a.x, a.H, a.gain, a.eps, a.q, a.s, a.ld, b, sync);
 }
 template <int MINB, int R>
 __device__ __noinline__ void fp8_gemm_phase(const PersistentPhase& ph, VBlock b, TimedPhaseSync sync) {
@@ -184,17 +189,32 @@ OSPREY_PHASE(attention_phase) {
 // it is read from memory in the dot product (the same sums either way).
 OSPREY_PHASE(route_phase) {
   const auto& a = ph.as<RouteArgs>();
-  moe_route_body<TimedPhaseSync, /*kRouterInRegs=*/MINB == 1>(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr,
+  moe_route_body<TimedPhaseSync, /*kRouterInRegs=*/MINB == 1, /*kChoicesLater=*/true>(a.x, a.gain, a.H, a.eps, a.q, a.s, a.ld, nullptr,
                                                               a.h_mxfp4, a.router, a.router_bias, a.E, a.k, a.logits,
                                                               a.counters, a.idx, a.w, a.sorted, b, sync);
 }
+// The top-k and the sort of the route phase's logits, by every block (each into its own copy;
+// block 0 also into the canonical buffers the combine reads), before the experts' first GEMM:
+// no block waits for one block to route.
+template <int MINB>
+__device__ __noinline__ void route_choices_phase(const PersistentPhase& ph, TimedPhaseSync sync) {
+  extern __shared__ __align__(16) float route_sh[];
+  const auto& a = ph.as<Mxfp4Args>();
+  sync.wait();
+  route_choices_block(a.ch.logits, a.ch.T, a.E, a.ch.k, a.mine + size_t(blockIdx.x) * a.stride, blockIdx.x == 0,
+                      a.ch.idx, a.ch.w, a.ch.sorted, route_sh);
+}
 OSPREY_PHASE(mxfp4_gemm_phase) {
   const auto& a = ph.as<Mxfp4Args>();
-  mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, a.rows, a.y, a.ks, b, sync, /*pass_rows=*/8, a.sw);
+  ExpertRows rows = a.rows;
+  const int32_t* m = a.mine + size_t(blockIdx.x) * a.stride;  // this block's routing copy
+  rows.seg = m, rows.active = m + a.E + 1, rows.row_live = m + 2 * a.E + 1;
+  if (rows.x_rows) rows.x_rows = rows.row_live;
+  mxfp4_decode_body<1, TimedPhaseSync, persistent_ring(MINB)>(a.W, a.x, rows, a.y, a.ks, b, sync, /*pass_rows=*/8, a.sw);
 }
 OSPREY_PHASE(combine_norm_phase) {
   const auto& a = ph.as<CombineArgs>();
-  moe_combine_norm_body<kThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s, a.ld,
+  moe_combine_norm_body<kThreads, kRowThreads>(a.x, a.y, a.pair_row, a.w, a.idx, nullptr, a.k, a.H, a.gain, a.eps, a.q, a.s, a.ld,
                                   nullptr, b, sync);
 }
 OSPREY_PHASE(argmax_partial_phase) {
@@ -222,6 +242,9 @@ __global__ void __launch_bounds__(kThreads, MINB)
     __syncthreads();
     // Phase 0 waits for nothing (counters[n_phases] stays at G).
     const TimedPhaseSync sync{{p > 0 ? counters + p - 1 : counters + n_phases, G}, timeline ? &waited : nullptr};
+    if (ph.kind == PhaseKind::Mxfp4Gemm && ph.as<Mxfp4Args>().ch.logits) {
+      route_choices_phase<MINB>(ph, sync);  // every block, work in the phase or not: the down GEMM reads its copy
+    }
     const int n = ph.nx * ph.ny * ph.nz;
     for (int v = int((blockIdx.x + G - uint32_t(ph.first) % G) % G); v < n; v += int(G)) {
       const VBlock b{v % ph.nx, v / ph.nx % ph.ny, v / (ph.nx * ph.ny), ph.nx, ph.ny, ph.nz};
@@ -280,6 +303,7 @@ PersistentDecode::~PersistentDecode() {
   if (counter_) cudaFree(counter_);
   if (argmax_val_) cudaFree(argmax_val_);
   if (argmax_idx_) cudaFree(argmax_idx_);
+  if (mine_) cudaFree(mine_);
 }
 
 int PersistentDecode::phases() const { return int(host_.size()); }
@@ -307,18 +331,9 @@ void PersistentDecode::fp8_gemm(const char* name, const uint8_t* W, const float*
   ActSegments sg;
   sg.rows = rows, sg.ld = x_ld;
   const int R = rows == 1 ? 1 : 8;
-  // K-splits for this grid: the fewest waves of virtual blocks (a wave is as slow as its slowest
-  // block) times what each warp of a block costs, its K blocks plus a round trip's worth (the
-  // ring's fill and the partial sums' reduction, about 4 blocks' time); ties to fewer splits.
-  const int row_tiles = (N + 15) / 16, KB = (K + kB - 1) / kB;
-  constexpr double kRoundTrip = 4.0;
-  int ks = 1;
-  double best = 1e30;
-  for (int k = 1; k <= kSkinnyWarps && k <= KB; k *= 2) {
-    const int blocks = (row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps;
-    const double cost = double((blocks + grid_ - 1) / grid_) * ((KB + k - 1) / k + kRoundTrip);
-    if (cost < best) best = cost, ks = k;
-  }
+  // The per-op path's K-splits (fp8_gemm_dense's), not the ones this grid would pick: the same
+  // fp32 sums in the same order, so the step's logits are the per-op step's bits.
+  const int ks = fp8_dense_k_splits(N, K, rows);
   const int smem = int(skinny_smem_bytes(1, R, K, persistent_ring(blocks_per_sm_)));
   add(PersistentPhase::of(R == 1 ? PhaseKind::Fp8GemmRow1 : PhaseKind::Fp8GemmRow8, skinny_grid_x(N, ks), 1, 1, smem,
                           Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, ks}), name);
@@ -351,7 +366,18 @@ void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int
                                  float* logits, int32_t* counters, int32_t* idx, float* w, MoeSorted sorted) {
   if (k > 16 || k > E) fail_plain("PersistentDecode::moe_route: at most 16 experts per token");
   check_row(H, "PersistentDecode::moe_route");
+  if (E > kThreads) fail_plain("PersistentDecode::moe_route: at most 256 experts");
   const int Hp = (H + 3) & ~3, smem = std::max(Hp + E, 3 * E + 1) * 4;
+  // The top-k and the sort come with the experts' first GEMM (mxfp4_gemm), by every block, each
+  // into its copy of the sorted routing.
+  const int stride = round4(2 * E + 1 + moe_rows_max(rows, k, E));
+  if (!mine_) {
+    OSPREY_CUDA_CHECK(cudaMalloc(&mine_, size_t(grid_) * stride * sizeof(int32_t)));
+    mine_stride_ = stride, mine_E_ = E;
+  } else if (stride > mine_stride_ || E != mine_E_) {
+    fail_plain("PersistentDecode::moe_route: every route of a plan has the same experts and rows");
+  }
+  pending_ = RouteChoicesArgs{logits, rows, k, idx, w, sorted};
   add(PersistentPhase::of(PhaseKind::Route, rows, (E + kExpertsPerRouteBlock - 1) / kExpertsPerRouteBlock, 1, smem,
                           RouteArgs{x, gain, H, eps, q, s, ld, h_mxfp4, router, router_bias, E, k, logits, counters, idx,
                                     w, sorted}), "route");
@@ -362,10 +388,14 @@ void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, c
   if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
   if (swiglu.a && W.N % 2) fail_plain("PersistentDecode::mxfp4_gemm: the SwiGLU epilogue needs an even N");
+  if (!mine_) fail_plain("PersistentDecode::mxfp4_gemm: the experts' GEMMs come after a route (moe_route)");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
-  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, int(mxfp4_decode_smem(1, W.K, ks, 1, persistent_ring(blocks_per_sm_))),
-                          Mxfp4Args{W, x, rows, y, ks, swiglu}), name);
+  int smem = int(mxfp4_decode_smem(1, W.K, ks, 1, persistent_ring(blocks_per_sm_)));
+  if (pending_.logits) smem = std::max(smem, route_choices_smem(pending_.T, mine_E_, pending_.k));
+  add(PersistentPhase::of(PhaseKind::Mxfp4Gemm, skinny_grid_x(W.N, ks), segments, 1, smem,
+                          Mxfp4Args{W, x, rows, y, ks, swiglu, mine_, mine_stride_, mine_E_, pending_}), name);
+  pending_ = {};
 }
 
 void PersistentDecode::combine_norm(float* x, const float* y, const int32_t* pair_row, const float* w,

@@ -4,9 +4,11 @@
 // its own virtual grid; the persistent blocks take a phase's virtual blocks in turn (round robin,
 // continuing where the phase before ended) and wait on a counter instead of a kernel boundary, so a
 // block that finishes a phase starts streaming the weights of its next one while others still
-// work. The arithmetic is the per-op kernels' own, with the same roundings. Chosen for this grid,
-// and so summed in another order than the per-op path's: the dense GEMMs' K-splits, the norms'
-// thread count (256, not 1,024), the attention's KV splits and its warps a split (8).
+// work. The arithmetic is the per-op kernels' own, with the same roundings and the same order of
+// fp32 sums, so a step's logits are the per-op step's bits: the dense GEMMs take fp8_gemm_dense's
+// K-splits, the norms sum as 1,024-thread blocks do (rmsnorm_quantize_row's VTHREADS), and the
+// attention's KV splits are decode_attention_splits' (the model refuses a plan whose per-op kernel
+// would run fewer than 8 warps a split).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,6 +22,14 @@ namespace osprey::cuda {
 
 // One phase of the plan (the argument block of its body; defined in decode_persistent.cu).
 struct PersistentPhase;
+// What the experts' first GEMM phase routes first: the top-k and sort of moe_route's logits.
+struct RouteChoicesArgs {
+  const float* logits = nullptr;  // [T][E]; null: no routing before this phase
+  int T = 0, k = 0;
+  int32_t* idx = nullptr;
+  float* w = nullptr;
+  MoeSorted sorted;
+};
 
 class PersistentDecode {
  public:
@@ -47,11 +57,16 @@ class PersistentDecode {
   void qkv_rope_to_cache(const KvLayerView& L, const float* qkv, const int32_t* slot, const int32_t* pos,
                          const float* inv_freq, float concentration, int rows, int heads, float* q);
   // paged_attention (d = 64, the tensor-core kernel with its merge in the tail and the output
-  // quantized) with decode_rows.
+  // quantized) with decode_rows. Its blocks' 8 warps split the keys as the per-op kernel's do
+  // where that one runs 8 warps a split (decode_attention_warps): only there the same sums.
   void attention(const KvLayerView& L, const float* q, const bf16* sinks, const int32_t* slot, const int32_t* pos,
                  int rows, int heads, int window, float scale, int splits, float* scratch, Quantized1x128 quant,
                  int32_t* merge_count);
-  // moe_route (the per-token front) with h_mxfp4.
+  // moe_route (the per-token front) with h_mxfp4. Its top-k and sort run at the start of the next
+  // mxfp4_gemm phase on every block, each into a routing copy of its own that both expert GEMMs
+  // of the layer read (the same choices and rows as moe_route's, found the same way by every block:
+  // moe_route_body.cuh route_choices_block); block 0 also fills idx, w and sorted, which the
+  // combine reads.
   void moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s, int ld,
                  bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k, float* logits,
                  int32_t* counters, int32_t* idx, float* w, MoeSorted sorted);
@@ -85,6 +100,9 @@ class PersistentDecode {
   float* argmax_val_ = nullptr;
   int* argmax_idx_ = nullptr;
   int argmax_rows_ = 0;
+  int32_t* mine_ = nullptr;  // the blocks' routing copies [grid][mine_stride_] (Mxfp4Args::mine)
+  int mine_stride_ = 0, mine_E_ = 0;
+  RouteChoicesArgs pending_;  // the last moe_route's, for the next mxfp4_gemm
 };
 
 }  // namespace osprey::cuda

@@ -78,6 +78,9 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
 void fp8_gemm_dense(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                     const float* xs, int x_ld, float* y, int y_ld, bool accumulate, int N, int K, int T, int rows_hint,
                     cudaStream_t st);
+// The K-splits fp8_gemm_dense takes for T = rows_hint rows (the order of its fp32 sums): the
+// persistent decode kernel's dense GEMMs take the same, so that its results are this path's bits.
+int fp8_dense_k_splits(int N, int K, int T);
 
 // The rows of a grouped FP8 GEMM, sorted by expert (MoeSorted): expert e owns rows
 // [seg[e], seg[e + 1]), seg[experts] <= rows.

@@ -152,20 +152,29 @@ __device__ inline void load_gains(const bf16* gain, int H, float (&gv)[PER]) {
 // past H) into row[] (shared, H floats), then the 1x128 quantization of the normalized row t:
 // codes q [H] and scales s[kb * ld + t] (q == null: not wanted); h_out (optional) receives the
 // fp32 normalized row. Ends synchronized, row[] readable by the whole block.
-template <int THREADS>
+// VTHREADS (a multiple of THREADS, at most 1,024): the sum of squares in the order of a block of
+// VTHREADS threads, so that the persistent decode kernel's 256-thread blocks give the bits of the
+// per-op kernels' 1,024: thread i sums virtual threads i + THREADS u (its values j = u + (VTHREADS /
+// THREADS) m, in m's order), each virtual warp's sum through the same butterfly, then the
+// VTHREADS / 32 sums through the last one.
+template <int THREADS, int VTHREADS = THREADS>
 __device__ inline void rmsnorm_quantize_row(const float (&v)[kRowMax / THREADS], const bf16* gain, int H, float eps,
                                      float* row, uint8_t* q, float* s, int ld, int t, float* h_out) {
-  constexpr int PER = kRowMax / THREADS;
+  static_assert(VTHREADS % THREADS == 0 && VTHREADS <= 1024, "virtual threads: a multiple of the block, at most 1024");
+  constexpr int PER = kRowMax / THREADS, VT = VTHREADS / THREADS, NW = THREADS / 32;
   __shared__ float part[32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float ss = 0;
 #pragma unroll
-  for (int j = 0; j < PER; ++j) ss += v[j] * v[j];
-  ss = warp_sum(ss);
-  if (lane == 0) part[warp] = ss;
+  for (int u = 0; u < VT; ++u) {
+    float ss = 0;
+#pragma unroll
+    for (int j = u; j < PER; j += VT) ss += v[j] * v[j];
+    ss = warp_sum(ss);
+    if (lane == 0) part[warp + NW * u] = ss;
+  }
   __syncthreads();
   if (warp == 0) {
-    const float p = warp_sum(lane < THREADS / 32 ? part[lane] : 0.0f);
+    const float p = warp_sum(lane < VTHREADS / 32 ? part[lane] : 0.0f);
     if (lane == 0) part[0] = p;
   }
   __syncthreads();

@@ -140,43 +140,57 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(Fp8
   fp8_skinny_body<NT, R>(args, VBlock::this_block(), PdlSync{});
 }
 
-// The launcher behind fp8_gemm_dense and m_grouped_fp8_gemm_contiguous.
-void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
-                     const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
-                     int rows_hint, cudaStream_t st) {
-  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
-  if (!sg.seg && sg.rows == 0) return;
-  const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.experts, row_tiles = (N + 15) / 16;
-  const int sms = sm_count();
-  auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
-  constexpr int kMaxStage = 200 * 1024;
+using SkinnyKernel = void (*)(Fp8SkinnyArgs);
+
+// What fp8_gemm_skinny launches for a shape: the tile's kernel (NT, R, blocks an SM) and its
+// K-splits. The persistent decode kernel plans its dense GEMMs with the same splits
+// (fp8_dense_k_splits), so its sums are this path's.
+struct SkinnyPlan {
+  SkinnyKernel kernel;
+  int NT, R, ks;
+  size_t smem;
+};
+constexpr int kMaxStage = 200 * 1024;
+
+SkinnyPlan skinny_plan(int N, int K, int segments, int rows_max, int rows_hint) {
   static std::once_flag once;  // set outside any graph capture's dependence on it: once, for the largest stage
   std::call_once(once, [] {
     for (auto k : {fp8_skinny_kernel<1, 1, 3>, fp8_skinny_kernel<1, 8, 2>, fp8_skinny_kernel<2, 16, 1>,
                    fp8_skinny_kernel<4, 32, 1>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStage));
   });
+  const int row_tiles = (N + 15) / 16, sms = sm_count();
+  auto blocks = [&](int k) { return size_t(row_tiles * k + kSkinnyWarps - 1) / kSkinnyWarps * segments; };
   // The bytes in flight, i.e. the warps streaming at once, set a decode GEMM's speed
   // (skinny_k_splits).
-  auto run = [&](auto kernel, int NT, int R) {
+  auto plan = [&](SkinnyKernel kernel, int NT, int R) {
     const size_t smem = skinny_smem_bytes(NT, R, K);
     if (smem > kMaxStage) fail_plain("fp8 GEMM: K = " + std::to_string(K) + " is too long to stage");
     const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kSkinnyWarps * 32, smem);
-    const int ks = skinny_k_splits(N, K, segments, sms, per_sm);
-    const dim3 grid(unsigned(skinny_grid_x(N, ks)), unsigned(segments));
-    launch_pdl("gemm", kernel, grid, kSkinnyWarps * 32, smem, st,
-               Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, ks});
+    return SkinnyPlan{kernel, NT, R, skinny_k_splits(N, K, segments, sms, per_sm), smem};
   };
-  // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
-  const int rows_max = !sg.seg ? sg.rows : sg.rows_max > 0 ? sg.rows_max : 32;
   // The one-row tile (3 blocks per SM) only where its grid is one wave: the long unembedding keeps
   // the 8-row tile at 2 blocks per SM (under ncu 170 us with it, 188 us with the one-row tile).
   const bool one_wave = blocks(1) <= size_t(3) * sms;
-  if (rows_hint <= 8 && rows_max == 1 && one_wave)
-    run(fp8_skinny_kernel<1, 1, 3>, 1, 1);
-  else if (rows_hint <= 8) run(fp8_skinny_kernel<1, 8, 2>, 1, 8);
-  else if (rows_hint <= 16) run(fp8_skinny_kernel<2, 16, 1>, 2, 16);
-  else run(fp8_skinny_kernel<4, 32, 1>, 4, 32);
+  if (rows_hint <= 8 && rows_max == 1 && one_wave) return plan(fp8_skinny_kernel<1, 1, 3>, 1, 1);
+  if (rows_hint <= 8) return plan(fp8_skinny_kernel<1, 8, 2>, 1, 8);
+  if (rows_hint <= 16) return plan(fp8_skinny_kernel<2, 16, 1>, 2, 16);
+  return plan(fp8_skinny_kernel<4, 32, 1>, 4, 32);
+}
+
+// The launcher behind fp8_gemm_dense and m_grouped_fp8_gemm_contiguous.
+void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
+                     const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
+                     int rows_hint, cudaStream_t st) {
+  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
+  if (!sg.seg && sg.rows == 0) return;
+  const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.experts;
+  // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
+  const int rows_max = !sg.seg ? sg.rows : sg.rows_max > 0 ? sg.rows_max : 32;
+  const SkinnyPlan p = skinny_plan(N, K, segments, rows_max, rows_hint);
+  const dim3 grid(unsigned(skinny_grid_x(N, p.ks)), unsigned(segments));
+  launch_pdl("gemm", p.kernel, grid, kSkinnyWarps * 32, p.smem, st,
+             Fp8SkinnyArgs{W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, p.ks});
 }
 
 }  // namespace
@@ -188,6 +202,11 @@ void fp8_gemm_dense(const uint8_t* W, const float* ws, int ws_stride, const bf16
   ActSegments sg;
   sg.rows = T, sg.ld = x_ld;
   fp8_gemm_skinny(W, ws, ws_stride, bias, x, xs, sg, y, y_ld, accumulate, N, K, rows_hint, st);
+}
+
+int fp8_dense_k_splits(int N, int K, int T) {
+  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
+  return skinny_plan(N, K, 1, T, T).ks;
 }
 
 void m_grouped_fp8_gemm_contiguous(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias,

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(kRowThreads) moe_combine_norm_kernel(float* x,
                                                                        const int32_t* idx, const bf16* b2, int k, int H,
                                                                        const bf16* gain, float eps, uint8_t* q,
                                                                        float* s, int ld, float* h_out) {
-  moe_combine_norm_body<kRowThreads>(x, y, pair_row, w, idx, b2, k, H, gain, eps, q, s, ld, h_out, VBlock::this_block(),
+  moe_combine_norm_body<kRowThreads, kRowThreads>(x, y, pair_row, w, idx, b2, k, H, gain, eps, q, s, ld, h_out, VBlock::this_block(),
                                      PdlSync{});
 }
 

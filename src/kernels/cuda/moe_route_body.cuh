@@ -141,8 +141,10 @@ __device__ inline bool last_block_to_arrive(int32_t* counter, int blocks) {
 // that finishes last for the token (counter[t], reset for the next use) does the top-k softmax.
 // kRouterInRegs: each warp holds its router row in registers, loaded before the wait (128 of
 // them); false: read from memory in the dot product (the same sums; the persistent kernel, whose
-// registers are the most any of its phases needs).
-template <class Sync, bool kRouterInRegs = true>
+// registers are the most any of its phases needs). kChoicesLater: only the norm and the logits
+// (counter, idx, w and sorted unused); every block of the persistent kernel's next phase takes
+// the top-k and the sort itself (route_choices_block) instead of one block while the others wait.
+template <class Sync, bool kRouterInRegs = true, bool kChoicesLater = false>
 __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
                                       float* h_out, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
                                       float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted,
@@ -168,6 +170,7 @@ __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, f
     else l = warp_dot_f32(router + size_t(e) * H, row, H);
     if (lane == 0) logits[size_t(t) * E + e] = l + __bfloat162float(router_bias[e]);
   }
+  if constexpr (kChoicesLater) return;
   if (!last_block_to_arrive(counter + t, blk.ny)) return;
   float* lg = row + ((H + 3) & ~3);
   for (int i = threadIdx.x; i < E; i += blockDim.x) lg[i] = __ldcg(logits + size_t(t) * E + i);
@@ -182,6 +185,84 @@ __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, f
   }
   moe_sort_block(idx, blk.nx * k, k, E, sorted.seg, sorted.row_token, sorted.pair_row, sorted.active,
                  reinterpret_cast<int*>(row));
+}
+
+// The routing's second half, by one block, for the persistent decode kernel: the top-k softmax of
+// T tokens' router logits ([T][E], written by other blocks: read .cg; warp_topk_softmax, the
+// route kernel's) and their T k pairs sorted by expert as moe_sort_block lays them out (runs padded
+// to multiples of 4, padding rows -1, the active experts in order then -1), but deterministic: a
+// pair's row in its expert's run is its rank among that expert's pairs, so every block that runs
+// this finds the same rows. (moe_sort_block's atomics order a run's rows by arrival; a row's
+// results do not depend on its place in the run, so both give the same bits.) Into `mine` (seg
+// [E + 1], active [min(E, T k)], row_token [T k + 4 E] at mine, mine + E + 1, mine + 2 E + 1) and,
+// with `all` (the canonical buffers: idx, w [T][k], sorted), there too. E <= blockDim.x, k <= 16.
+// sh: route_choices_smem(T, E, k) bytes of shared memory. Ends synchronized.
+__host__ __device__ inline int route_choices_smem(int T, int E, int k) { return (T * E + 2 * T * k + 2 * E + 1 + 16) * 4; }
+__device__ inline void route_choices_block(const float* logits, int T, int E, int k, int32_t* mine, bool all,
+                                           int32_t* idx, float* w, MoeSorted sorted, float* sh) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5, P = T * k;
+  float* lg = sh;                                          // [T][E]
+  int32_t* idx_s = reinterpret_cast<int32_t*>(lg + T * E);  // [P]
+  float* w_s = reinterpret_cast<float*>(idx_s + P);        // [P]
+  int32_t* cnt = reinterpret_cast<int32_t*>(w_s + P);      // [E]
+  int32_t* base = cnt + E;                                 // [E + 1]
+  int32_t* wsum = base + E + 1;                            // [8][2]: the warps' totals
+  for (int i = threadIdx.x; i < T * E; i += blockDim.x) lg[i] = __ldcg(logits + i);
+  __syncthreads();
+  for (int t = warp; t < T; t += nw) warp_topk_softmax(lg + t * E, E, k, idx_s + t * k, w_s + t * k);
+  __syncthreads();
+  // Each expert's pairs, then the runs' offsets and the active experts' places: exclusive scans
+  // of round4(count) and (count > 0) over the experts, a thread each.
+  const int e = threadIdx.x;
+  int c = 0;
+  if (e < E)
+    for (int p = 0; p < P; ++p) c += idx_s[p] == e;
+  const int v = round4(c), f = c > 0;
+  int sv = v, sf = f;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, sv, o), b = __shfl_up_sync(0xffffffffu, sf, o);
+    if (lane >= o) sv += a, sf += b;
+  }
+  if (lane == 31) wsum[2 * warp] = sv, wsum[2 * warp + 1] = sf;
+  __syncthreads();
+  for (int i = 0; i < warp; ++i) sv += wsum[2 * i], sf += wsum[2 * i + 1];
+  int32_t *seg = mine, *active = mine + E + 1, *row_token = mine + 2 * E + 1;
+  if (e < E) {
+    cnt[e] = c, base[e] = sv - v;
+    seg[e] = sv - v;
+    if (all) sorted.seg[e] = sv - v;
+    if (f) {
+      active[sf - 1] = e;
+      if (all) sorted.active[sf - 1] = e;
+    }
+    if (e == E - 1) {
+      base[E] = sv, seg[E] = sv;
+      if (all) sorted.seg[E] = sv;
+      for (int j = sf; j < min(E, P); ++j) {  // sf: the active experts
+        active[j] = -1;
+        if (all) sorted.active[j] = -1;
+      }
+    }
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    const int ep = idx_s[p];
+    int rank = 0;
+    for (int q = 0; q < p; ++q) rank += idx_s[q] == ep;
+    const int r = base[ep] + rank;
+    row_token[r] = p / k;
+    if (all) {
+      sorted.row_token[r] = p / k, sorted.pair_row[p] = r;
+      idx[p] = ep, w[p] = w_s[p];
+    }
+  }
+  if (e < E)
+    for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) {
+      row_token[r] = -1;
+      if (all) sorted.row_token[r] = -1;
+    }
+  __syncthreads();
 }
 
 }  // namespace osprey::cuda

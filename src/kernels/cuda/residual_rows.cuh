@@ -9,8 +9,9 @@ namespace osprey::cuda {
 
 // Token blk.x: x[t] += sum_j w[t][j] * (y[pair_row[t][j]] + b2[idx[t][j]]) (the MoE combine),
 // then the RMSNorm of the new x[t] with `gain` (the next layer's attention norm or the final
-// norm), quantized for the next GEMM (and in fp32 into h_out when given).
-template <int THREADS, class Sync>
+// norm), quantized for the next GEMM (and in fp32 into h_out when given). VTHREADS: the norm's
+// sums in the order of a block of that many threads (rmsnorm_quantize_row).
+template <int THREADS, int VTHREADS, class Sync>
 __device__ inline void moe_combine_norm_body(float* x, const float* y, const int32_t* pair_row, const float* w,
                                              const int32_t* idx, const bf16* b2, int k, int H, const bf16* gain,
                                              float eps, uint8_t* q, float* s, int ld, float* h_out, VBlock blk,
@@ -63,13 +64,14 @@ __device__ inline void moe_combine_norm_body(float* x, const float* y, const int
     v[j] = v[j] + acc[j];
     x[size_t(t) * H + i] = v[j];
   }
-  rmsnorm_quantize_row<THREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t,
-                                h_out ? h_out + size_t(t) * H : nullptr);
+  rmsnorm_quantize_row<THREADS, VTHREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t,
+                                          h_out ? h_out + size_t(t) * H : nullptr);
 }
 
 // Token blk.x: x[t] = the embedding of tokens[t] (BF16 table [vocab][H]), then the RMSNorm of it
-// with `gain` quantized for the first GEMM (embedding + rmsnorm_quantize in one body).
-template <int THREADS, class Sync>
+// with `gain` quantized for the first GEMM (embedding + rmsnorm_quantize in one body); VTHREADS as
+// in moe_combine_norm_body.
+template <int THREADS, int VTHREADS, class Sync>
 __device__ inline void embed_norm_body(const bf16* table, const int32_t* tokens, float* x, int H, const bf16* gain,
                                        float eps, uint8_t* q, float* s, int ld, VBlock blk, const Sync& sync) {
   extern __shared__ float row[];
@@ -88,7 +90,7 @@ __device__ inline void embed_norm_body(const bf16* table, const int32_t* tokens,
     const int i = threadIdx.x + j * THREADS;
     if (i < H) x[size_t(t) * H + i] = v[j];
   }
-  rmsnorm_quantize_row<THREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
+  rmsnorm_quantize_row<THREADS, VTHREADS>(v, gain, H, eps, row, q + size_t(t) * H, s, ld, t, nullptr);
 }
 
 }  // namespace osprey::cuda
