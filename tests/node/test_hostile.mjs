@@ -146,9 +146,23 @@ await test("150 half-open connections do not starve /health", async () => {
 // listens with a backlog of 5): each connection dropped there waits on the client's SYN
 // retransmission (1 s, then 3 s, 7 s...), past which clients time out. Measured with the backlog of
 // 5: 300 concurrent /health requests took 1.5-69 s, most of them over 1.1 s, and once 141 failed;
-// with the widened queue, 0.3 s.
-await test("a burst of 300 connections is accepted at once: /health answered well within a SYN retransmission", async () => {
+// with the widened queue, 0.3 s. The kernel counts those drops (TcpExt ListenOverflows and
+// ListenDrops in /proc/net/netstat, per network namespace): where it can be read, that count must
+// not move, which holds however loaded the machine is; the latency bound is then only a loose
+// backstop (a loaded 2-core CI machine answered the burst's 90th percentile in over 0.95 s with no
+// drop at all).
+function listenDrops() {
+  try {
+    const [head, values] = fs.readFileSync("/proc/net/netstat", "utf8").split("\n").filter((l) => l.startsWith("TcpExt:"));
+    const names = head.split(/\s+/), nums = values.split(/\s+/);
+    return Number(nums[names.indexOf("ListenOverflows")]) + Number(nums[names.indexOf("ListenDrops")]);
+  } catch {
+    return null;
+  }
+}
+await test("a burst of 300 connections is accepted at once: none dropped from the accept queue", async () => {
   const lat = [];
+  const before = listenDrops();
   const results = await Promise.all(Array.from({ length: 300 }, async () => {
     const t0 = performance.now();
     const r = await fetch(`${s.base}/health`);
@@ -156,13 +170,20 @@ await test("a burst of 300 connections is accepted at once: /health answered wel
     lat.push(performance.now() - t0);
     return r.status;
   }));
+  const after = listenDrops();
   assert(results.every((x) => x === 200), `statuses ${[...new Set(results)]}`);
   lat.sort((a, b) => a - b);
-  // A connection dropped from the accept queue cannot be answered before the client's first SYN
-  // retransmission, 1 s on: with the backlog of 5 the 90th percentile measured 1.1-1.5 s, widened
-  // 0.3-0.4 s.
   const p90 = lat[Math.floor(lat.length * 0.9)];
-  assert(p90 < 950, `90th percentile ${p90.toFixed(0)} ms, slowest ${lat[lat.length - 1].toFixed(0)} ms: connections waited on SYN retransmissions`);
+  const timing = `90th percentile ${p90.toFixed(0)} ms, slowest ${lat[lat.length - 1].toFixed(0)} ms`;
+  if (before !== null && after !== null && Number.isFinite(before) && Number.isFinite(after)) {
+    assert(after === before, `${after - before} connections dropped from a listening socket's accept queue (${timing})`);
+    assert(p90 < 3000, `${timing}`);
+  } else {
+    // No counters to read: a connection dropped from the accept queue cannot be answered before the
+    // client's first SYN retransmission, 1 s on (with the backlog of 5 the 90th percentile measured
+    // 1.1-1.5 s, widened 0.3-0.4 s).
+    assert(p90 < 950, `${timing}: connections waited on SYN retransmissions`);
+  }
 });
 
 await test("200 concurrent chat requests: all answered, /health fast and the held requests counted meanwhile", async () => {
