@@ -171,19 +171,31 @@ ToolNamespace function_tools(const ordered_json& tools) {
   return ns;
 }
 
-// response_format: text (nothing), json_object (no schema to show), or json_schema, whose name,
-// description and schema the developer message shows the model (its decoding is held to the schema
-// by the server's constraint).
-std::optional<ResponseFormat> response_format(const ordered_json& req) {
+
+}  // namespace
+
+std::string today_utc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+ResponseFormatField response_format_field(const ordered_json& req) {
+  ResponseFormatField out;
   auto rf = req.find("response_format");
-  if (rf == req.end() || rf->is_null()) return std::nullopt;
+  if (rf == req.end() || rf->is_null()) return out;
   if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
     fail("response_format must be an object with a 'type'");
   const std::string type = (*rf)["type"].get<std::string>();
-  if (type != "json_schema") {
+  if (type == "text" || type == "json_object") {
     only_keys(*rf, {"type"}, "response_format");
-    return std::nullopt;  // the type is checked where the constraint is built
+    out.type = type == "text" ? ResponseFormatField::Type::Text : ResponseFormatField::Type::JsonObject;
+    return out;
   }
+  if (type != "json_schema") fail("response_format type '{}' is not one of text, json_object, json_schema", type);
   only_keys(*rf, {"type", "json_schema"}, "response_format");
   auto js = rf->find("json_schema");
   if (js == rf->end() || !js->is_object()) fail("response_format.json_schema must be an object");
@@ -203,18 +215,9 @@ std::optional<ResponseFormat> response_format(const ordered_json& req) {
   auto sc = js->find("schema");
   if (sc == js->end() || !sc->is_object()) fail("response_format.json_schema.schema must be a JSON schema object");
   f.schema = *sc;
-  return f;
-}
-
-}  // namespace
-
-std::string today_utc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
-  return buf;
+  out.type = ResponseFormatField::Type::JsonSchema;
+  out.format = std::move(f);
+  return out;
 }
 
 std::vector<Message> conversation_from_chat_request(const ordered_json& req, const ChatRenderSettings& settings) {
@@ -245,7 +248,7 @@ std::vector<Message> conversation_from_chat_request(const ordered_json& req, con
     }
   }
   DeveloperContent dev;
-  dev.response_format = response_format(req);
+  dev.response_format = response_format_field(req).format;
   if (auto tools = req.find("tools"); tools != req.end() && !tools->is_null()) {
     ToolNamespace ns = function_tools(*tools);  // checked with tool_choice none too
     if (tools_enabled && !ns.tools.empty()) dev.tools["functions"] = std::move(ns);

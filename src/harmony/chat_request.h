@@ -39,6 +39,16 @@ struct PromptTooLong : Error {
 // prompt bound.
 std::vector<Message> conversation_from_chat_request(const ordered_json& request, const ChatRenderSettings& settings);
 
+// A chat request's response_format, checked (an Error naming the field otherwise): absent, null or
+// text; json_object; or json_schema, with the format the developer message shows (the server
+// holds the decoding to format->schema). The one reading of the field, for the conversation and
+// for the server's constraint alike.
+struct ResponseFormatField {
+  enum class Type { Text, JsonObject, JsonSchema } type = Type::Text;
+  std::optional<ResponseFormat> format;  // json_schema only
+};
+ResponseFormatField response_format_field(const ordered_json& request);
+
 // "2026-11-29" in UTC.
 std::string today_utc();
 

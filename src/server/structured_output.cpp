@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "grammar/json_grammar.h"
+#include "harmony/chat_request.h"
 #include "grammar/schema_error.h"
 
 namespace osprey::server {
@@ -64,22 +66,16 @@ std::optional<HarmonyConstraintSpec> structured_spec(const ojson& req, const std
   HarmonyConstraintSpec spec;
   spec.declared.assign(declared.begin(), declared.end());
   spec.max_tokens = max_tokens;
-  // response_format
-  if (auto rf = req.find("response_format"); rf != req.end() && !rf->is_null()) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      throw FieldError("response_format", "'response_format' must be an object with a 'type'");
-    const std::string type = (*rf)["type"].get<std::string>();
-    if (type == "json_object") {
-      spec.final_grammar = grammars.get("json_object");
-    } else if (type == "json_schema") {
-      auto js = rf->find("json_schema");
-      if (js == rf->end() || !js->is_object() || !js->contains("schema") || !(*js)["schema"].is_object())
-        throw FieldError("response_format", "'response_format.json_schema.schema' must be a JSON schema object");
-      spec.final_grammar = compile_or_refuse(grammars, (*js)["schema"], "response_format");
-    } else if (type != "text") {
-      throw FieldError("response_format", fmt::format("response_format type '{}' is not one of text, json_object, json_schema", type));
-    }
+  // response_format, read as the conversation reads it (the request was checked there first)
+  harmony::ResponseFormatField rf;
+  try {
+    rf = harmony::response_format_field(req);
+  } catch (const Error& e) {
+    throw FieldError("response_format", e.what());
   }
+  if (rf.type == harmony::ResponseFormatField::Type::JsonObject) spec.final_grammar = grammars.get("json_object");
+  if (rf.type == harmony::ResponseFormatField::Type::JsonSchema)
+    spec.final_grammar = compile_or_refuse(grammars, rf.format->schema, "response_format");
   // tool_choice: required or a named function forces a call.
   if (auto tc = req.find("tool_choice"); tc != req.end() && !declared.empty()) {
     if (tc->is_object()) spec.forced_calls = {(*tc)["function"]["name"].get<std::string>()};

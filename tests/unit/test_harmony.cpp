@@ -255,6 +255,38 @@ TEST(ChatRequest, ResponseFormatSchemaIsInTheDeveloperMessage) {
   }
 }
 
+// response_format has one reader (response_format_field), which both the conversation and the
+// server's decoding constraint use: its type, the format the model is shown, and what it refuses.
+TEST(ChatRequest, ResponseFormatIsReadOnce) {
+  using T = ResponseFormatField::Type;
+  EXPECT_EQ(response_format_field(req(R"({"messages": []})")).type, T::Text);
+  EXPECT_EQ(response_format_field(req(R"({"response_format": null})")).type, T::Text);
+  EXPECT_EQ(response_format_field(req(R"({"response_format": {"type": "text"}})")).type, T::Text);
+  const ResponseFormatField o = response_format_field(req(R"({"response_format": {"type": "json_object"}})"));
+  EXPECT_EQ(o.type, T::JsonObject);
+  EXPECT_FALSE(o.format);
+  const ResponseFormatField s = response_format_field(
+      req(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}})"));
+  ASSERT_EQ(s.type, T::JsonSchema);
+  ASSERT_TRUE(s.format);
+  EXPECT_EQ(s.format->name, "response");
+  EXPECT_EQ(s.format->schema, ordered_json::parse(R"({"type": "object"})"));
+  auto bad = [](const char* body, const char* fragment) {
+    try {
+      response_format_field(req(body));
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  bad(R"({"response_format": "json"})", "must be an object with a 'type'");
+  bad(R"({"response_format": {"type": "xml"}})", "response_format type 'xml' is not one of text, json_object, json_schema");
+  bad(R"({"response_format": {"type": "json_object", "schema": {}}})", "response_format.schema is not supported");
+  bad(R"({"response_format": {"type": "json_schema"}})", "response_format.json_schema must be an object");
+  bad(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})", "json_schema.schema must be a JSON schema object");
+  bad(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": 1}}})", "strict must be a boolean");
+}
+
 // What the checks above let through is honoured: a user's name is its author name, an assistant
 // message sent back as the SDKs return it (neutral refusal, audio, annotations) renders as its content,
 // and a refusal with no content is the answer's text.
