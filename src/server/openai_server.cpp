@@ -116,6 +116,18 @@ struct OpenAiServer::Impl {
     return false;
   }
 
+  // A streaming answer's wait for its next event, the same in every SSE provider: the event into
+  // ev (nullopt: go on with it); or what the provider returns now: without an event in kProbeEvery
+  // a keep-alive comment that probes the client (true while it is there; a client that left
+  // cancels the generation), and false at the end of the events.
+  template <class Send>
+  std::optional<bool> await_event(RequestHandle& handle, TokenEvent& ev, const Send& send) {
+    const std::optional<bool> got = handle.next_for(ev, kProbeEvery);
+    if (!got) return send(kSseKeepAlive) || client_left(handle);
+    if (!*got) return false;
+    return std::nullopt;
+  }
+
   // A non-streaming answer: one JSON object when generation ends (all n choices). The first event
   // is awaited here for up to a second, so a failure before any token is still a 500. Then the body
   // goes out chunked, one space per token event ahead of the object (JSON allows leading
@@ -455,9 +467,7 @@ struct OpenAiServer::Impl {
             if (!send(chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return client_left(*handle);
           }
           TokenEvent ev;
-          const std::optional<bool> got = handle->next_for(ev, kProbeEvery);
-          if (!got) return send(kSseKeepAlive) || client_left(*handle);  // no token yet: probe the client
-          if (!*got) return false;
+          if (const std::optional<bool> now = await_event(*handle, ev, send)) return *now;
           if (ev.token >= 0) {
             json lp;
             const std::vector<json> deltas = on_token(i, ev, want_logprobs ? &lp : nullptr);
@@ -618,9 +628,7 @@ struct OpenAiServer::Impl {
           const size_t i = *cur;
           const auto& handle = handles[i];
           TokenEvent ev;
-          const std::optional<bool> got = handle->next_for(ev, kProbeEvery);
-          if (!got) return send(kSseKeepAlive) || client_left(*handle);  // no token yet: probe the client
-          if (!*got) return false;
+          if (const std::optional<bool> now = await_event(*handle, ev, send)) return *now;
           const bool last = ev.finish != FinishReason::None;
           json lp;
           const std::string piece = push(i, ev, want_logprobs ? &lp : nullptr);
@@ -756,9 +764,7 @@ struct OpenAiServer::Impl {
               return client_left(*handle);
           }
           TokenEvent ev;
-          const std::optional<bool> got = handle->next_for(ev, kProbeEvery);
-          if (!got) return send(kSseKeepAlive) || client_left(*handle);  // no token yet: probe the client
-          if (!*got) return false;
+          if (const std::optional<bool> now = await_event(*handle, ev, send)) return *now;
           std::vector<json> evs;
           if (ev.token >= 0) {
             ++tally->completion;
