@@ -476,8 +476,8 @@ struct GptOssCudaFp8::Impl {
                         cfg.experts_per_token <= 8 && cfg.hidden <= 4096;
     // The persistent plans of the buckets it runs, now: what does not fit (shared memory, blocks
     // an SM) is refused at load, not at the first step.
-    if (opt.persistent_decode && persistent_shapes)
-      for (int b = 1; b <= std::min(8, bucket_max); b *= 2) persistent_plan(b);
+    for (int b = 1; b <= std::min(8, bucket_max); b *= 2)
+      if (persistent_ok(b)) persistent_plan(b);
   }
 
   ~Impl() {
@@ -909,7 +909,15 @@ struct GptOssCudaFp8::Impl {
 
   // Whether decode steps of bucket b run as the persistent kernel (Options::persistent_decode).
   bool persistent_shapes = false;  // set at construction: the shapes the kernel's phases take
-  bool persistent_ok(int b) const { return opt.persistent_decode && persistent_shapes && b <= 8; }
+  // Whether a bucket's per-op attention runs 8 warps a KV split, as the persistent phase does: only
+  // then do the two paths sum alike (decode_attention_warps), so only then does the bucket run it.
+  bool persistent_splits_match(int b) const {
+    const int splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
+    return cuda::decode_attention_warps(b, cfg.num_kv_heads, splits) == 8;
+  }
+  bool persistent_ok(int b) const {
+    return opt.persistent_decode && persistent_shapes && b <= 8 && persistent_splits_match(b);
+  }
 
   // The persistent kernel's plan of a decode step of bucket b: the phases of decode_body's
   // kernels, in order, on the same buffers.
@@ -925,10 +933,7 @@ struct GptOssCudaFp8::Impl {
     // The per-op step's KV splits and, where its kernel runs 8 warps a split as the persistent
     // phase does, its sums; elsewhere the plan is refused (at load: the plans are built there).
     const int splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
-    if (cuda::decode_attention_warps(b, cfg.num_kv_heads, splits) != 8)
-      fail_plain("the persistent decode kernel: at batch " + std::to_string(b) + " the per-op attention runs fewer "
-                 "than 8 warps a KV split (" + std::to_string(cfg.num_kv_heads) + " KV heads, " +
-                 std::to_string(splits) + " splits), so the persistent step would not sum as it does");
+    if (!persistent_splits_match(b)) fail_plain("persistent_plan: bucket " + std::to_string(b) + " runs kernel by kernel");
     P.embed_norm(embed.ptr, d_tok.ptr, x.ptr, b, H, layers[0].attn_norm.ptr, eps, act_h.q.ptr, act_h.s.ptr, ld);
     for (int l = 0; l < cfg.num_layers; ++l) {
       const Layer& L = layers[l];

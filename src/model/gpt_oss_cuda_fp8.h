@@ -62,9 +62,11 @@ class GptOssCudaFp8 {
     KvCache kv = KvCache::Bf16;
     // Decode steps of up to 8 rows (not speculative verify chunks) as one persistent kernel
     // (kernels/cuda/decode_persistent.cuh): MXFP4 experts, FP8 dense layers and a BF16 cache (other
-    // formats are refused at construction); where the model's shapes allow it (head_dim 64, q, k and
-    // v fused), else kernel by kernel (persistent_decode(rows) says). Off by default: on the H200 it is still slower
-    // than the kernels one by one (20b at 8k, batch 1: 3.94 against 2.37 ms a step; docs/PERF.md).
+    // formats are refused at construction); where the model's shapes allow it (head_dim 64, whole
+    // 128-column blocks a KV head's queries; a batch whose per-op attention runs 8 warps a KV split,
+    // so that the two paths sum alike), else kernel by kernel (persistent_decode(rows) says). Its
+    // logits are the per-op path's bits. Off by default: it is still slower than the kernels one by
+    // one (20b at 8k, batch 1, H100: 3.61-4.01 against 2.40 ms a step; docs/PERF.md).
     bool persistent_decode = false;
     int persistent_blocks_per_sm = 1;  // the persistent grid: 1 or 2 blocks per SM
   };

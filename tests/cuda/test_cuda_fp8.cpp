@@ -1207,6 +1207,39 @@ TEST(CudaFp8, MoeRouteTiledRowsEqualPerTokenRows) {
     for (int t = 0; t < 512; ++t) ASSERT_EQ(s1[size_t(kb) * 516 + t], s2[size_t(kb) * 512 + t]) << kb << " " << t;
 }
 
+// A broken model's NaN or infinite hidden states give NaN or -inf router logits: the route still
+// chooses k distinct experts in range (the lowest free ones) and sorts them, instead of writing
+// out of bounds with expert INT32_MAX. Rows 0 NaN, 1 +inf, 2 finite; T 3 (the per-token kernel).
+TEST(CudaFp8, MoeRouteChoosesExpertsFromNonFiniteLogits) {
+  const int H = 256, E = 8, k = 4, T = 3, KB = fp8::blocks(H), P = cuda::moe_rows_max(T, k, E), ld = fp8::round4(T);
+  auto x = randf(size_t(T) * H, 131, 1.0f);
+  for (int i = 0; i < H; ++i) x[i] = std::nanf(""), x[H + i] = INFINITY;
+  Dev<float> dx(x), dr(randf(size_t(E) * H, 132, 0.05f)), h(size_t(T) * H), sc(size_t(KB) * ld), logits(size_t(T) * E),
+      w(size_t(T) * k);
+  Dev<bf16> dg(randbf(H, 133)), drb(randbf(E, 134));
+  Dev<uint8_t> q(size_t(T) * H);
+  Dev<int32_t> idx(size_t(T) * k), counters(std::vector<int32_t>(T + 1, 0)), seg(E + 1), row_token(P),
+      pair_row(size_t(T) * k), active(E);
+  cuda::moe_route(dx.p, as_dev_bf16(dg), T, H, 1e-5f, q.p, sc.p, ld, h.p, dr.p, as_dev_bf16(drb), E, k, logits.p,
+                  counters.p, idx.p, w.p, {seg.p, row_token.p, pair_row.p, active.p}, nullptr);
+  OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int32_t> choices = idx.get(), segs = seg.get(), pr = pair_row.get();
+  for (int t = 0; t < T; ++t) {
+    std::set<int32_t> distinct;
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = choices[size_t(t) * k + j];
+      ASSERT_TRUE(e >= 0 && e < E) << "token " << t << " choice " << j << ": expert " << e;
+      distinct.insert(e);
+    }
+    EXPECT_EQ(distinct.size(), size_t(k)) << "token " << t;
+  }
+  EXPECT_EQ((std::vector<int32_t>(choices.begin(), choices.begin() + k)), (std::vector<int32_t>{0, 1, 2, 3}));
+  for (int p = 0; p < T * k; ++p) {
+    const int32_t e = choices[size_t(p)];
+    EXPECT_TRUE(pr[size_t(p)] >= segs[size_t(e)] && pr[size_t(p)] < segs[size_t(e) + 1]) << "pair " << p;
+  }
+}
+
 // The experts' input rows gathered from the route kernel's quantized rows equal the quantization of
 // the gathered fp32 rows bit for bit, padding rows (zeros, scale 1) included; K 2880 (22.5 blocks,
 // 16-byte pieces) and 150 (one code at a time).

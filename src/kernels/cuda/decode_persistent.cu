@@ -389,6 +389,11 @@ void PersistentDecode::mxfp4_gemm(const char* name, const Mxfp4ExpertsView& W, c
     fail_plain("PersistentDecode::mxfp4_gemm: N a multiple of 16, K of 32, 1 to 256 experts");
   if (swiglu.a && W.N % 2) fail_plain("PersistentDecode::mxfp4_gemm: the SwiGLU epilogue needs an even N");
   if (!mine_) fail_plain("PersistentDecode::mxfp4_gemm: the experts' GEMMs come after a route (moe_route)");
+  // The phase reads the block's routing copy in place of rows' seg, active and row_live: the rows
+  // must be a route's (active experts, padding rows marked) over the route's experts.
+  if (!rows.active || !rows.row_live || W.experts != mine_E_ || rows.active_max > mine_E_)
+    fail_plain("PersistentDecode::mxfp4_gemm: the rows must be the route's: its " + std::to_string(mine_E_) +
+               " experts, the active list and the padding rows");
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the per-op kernel's splits: the same sums
   const int segments = rows.active ? rows.active_max : W.experts;
   int smem = int(mxfp4_decode_smem(1, W.K, ks, 1, persistent_ring(blocks_per_sm_)));

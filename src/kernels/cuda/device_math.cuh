@@ -75,6 +75,15 @@ __device__ inline void warp_topk_softmax(const float* l, int E, int k, int32_t* 
       if (!taken && (l[e] > best || (l[e] == best && e < bi))) best = l[e], bi = e;
     }
     warp_argmax(best, bi);
+    // No choice above -FLT_MAX left (NaN or -inf logits, a broken model): the lowest expert not
+    // taken, so that the choice is an expert (the sort and the GEMMs index by it) with the weight
+    // of a -FLT_MAX logit, instead of INT32_MAX and writes out of bounds.
+    if (bi == INT32_MAX)
+      for (int e = 0; e < E && bi == INT32_MAX; ++e) {
+        bool taken = false;
+        for (int p = 0; p < j; ++p) taken |= chosen[p] == e;
+        if (!taken) bi = e;
+      }
     chosen[j] = bi;
     vals[j] = best;
   }

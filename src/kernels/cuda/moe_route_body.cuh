@@ -195,7 +195,8 @@ __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, f
 // this finds the same rows. (moe_sort_block's atomics order a run's rows by arrival; a row's
 // results do not depend on its place in the run, so both give the same bits.) Into `mine` (seg
 // [E + 1], active [min(E, T k)], row_token [T k + 4 E] at mine, mine + E + 1, mine + 2 E + 1) and,
-// with `all` (the canonical buffers: idx, w [T][k], sorted), there too. E <= blockDim.x, k <= 16.
+// with `all` (the canonical buffers: idx, w [T][k], sorted), there too. E <= blockDim.x <= 256 (the
+// warps' totals take 8 slots), k <= 16.
 // sh: route_choices_smem(T, E, k) bytes of shared memory. Ends synchronized.
 __host__ __device__ inline int route_choices_smem(int T, int E, int k) { return (T * E + 2 * T * k + 2 * E + 1 + 16) * 4; }
 __device__ inline void route_choices_block(const float* logits, int T, int E, int k, int32_t* mine, bool all,
