@@ -2,7 +2,8 @@
 # The persistent decode kernel on the GPU machine (issue 16): the CUDA tests (TEST_FILTER, default
 # all), then `bench --backend cuda` on a synthetic checkpoint (PRESET 20b, or 120b written to
 # /dev/shm) with MXFP4 experts at BATCHES and CONTEXTS, for each decode kernel in KERNELS
-# ("persistent", "per-op", "persistent2" = persistent with 2 blocks per SM), all in this call, and
+# ("persistent" = persistent with 1 block per SM, "per-op", "persistent2" = 2 blocks per SM, the
+# default), all in this call, and
 # one step's per-SM timeline (batch 1, 8k) drawn by bench/timeline_png.py. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -19,8 +20,10 @@ for k in ${KERNELS:-persistent per-op}; do
   bin=$B extra=""
   case $k in
     *=*) bin=${k#*=}; bin=${bin%%:*}; extra="--decode-kernel ${k##*:}"
+         [ "${k##*:}" = persistent ] && extra="--decode-kernel persistent --persistent-blocks 1"
          [ "${k##*:}" = persistent2 ] && extra="--decode-kernel persistent --persistent-blocks 2" ;;
     persistent2) extra="--decode-kernel persistent --persistent-blocks 2" ;;
+    persistent) extra="--decode-kernel persistent --persistent-blocks 1" ;;
     *) extra="--decode-kernel $k" ;;
   esac
   k=${k%%=*}

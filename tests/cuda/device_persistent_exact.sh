@@ -5,7 +5,7 @@
 # lines; a prompt is a line's first prompt_tokens ids), MAX_TOKENS each; then (with PRESET set,
 # e.g. 20b) the same kernels on a synthetic checkpoint over a few random prompts past the window.
 # The parity checkpoints are not in it: their head_dim (16, 32) is not the persistent kernel's (64).
-# KERNELS: per-op, persistent, persistent2 (2 blocks an SM). Streams and a summary to $OUT.
+# KERNELS: per-op, persistent (1 block an SM), persistent2 (2 blocks an SM, the default). Streams and a summary to $OUT.
 source "$(dirname "$0")/device_env.sh"
 mkdir -p models && [ -d models/osprey-mini ] || tar -C models -xJf data/osprey-mini.tar.xz
 N=${N:-48} MAX=${MAX_TOKENS:-64}
@@ -17,6 +17,7 @@ for line in list(open(sys.argv[1]))[:int(sys.argv[2])]:
 PY
 kernel_flags() {
   case $1 in
+    persistent) echo "--decode-kernel persistent --persistent-blocks 1" ;;
     persistent2) echo "--decode-kernel persistent --persistent-blocks 2" ;;
     *) echo "--decode-kernel $1" ;;
   esac

@@ -617,6 +617,9 @@ TEST(DecodeKernelCli, RefusedWhereItCannotApply) {
                  "--decode-kernel persistent with --speculative");
   expect_refused("generate --backend cuda --persistent-blocks 2" + m,
                  "--persistent-blocks applies to the persistent decode kernel");
+  // Given at all, whatever its value (1 was once the default and so passed unnoticed).
+  expect_refused("generate --backend cuda --persistent-blocks 1" + m,
+                 "--persistent-blocks applies to the persistent decode kernel");
   expect_refused("bench --backend cpu --decode-kernel persistent --model " + (d / "m"),
                  "--decode-kernel persistent runs the GPU engine's decode steps");
   expect_refused("bench --backend cuda --timeline " + (d / "t.json") + " --model " + (d / "m"),
