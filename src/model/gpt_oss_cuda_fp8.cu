@@ -930,10 +930,9 @@ struct GptOssCudaFp8::Impl {
     const int Kx = cfg.experts_per_token, ld = fp8::round4(b);
     const float eps = float(cfg.rms_norm_eps), scale = 1.0f / std::sqrt(float(cfg.head_dim));
     const float alpha = float(cfg.swiglu_alpha), limit = float(cfg.swiglu_limit);
-    // The per-op step's KV splits and, where its kernel runs 8 warps a split as the persistent
-    // phase does, its sums; elsewhere the plan is refused (at load: the plans are built there).
+    // The per-op step's KV splits and so its sums (built only where persistent_ok: its kernel runs
+    // 8 warps a split there, as the persistent phase does).
     const int splits = cuda::decode_attention_splits(b, cfg.num_kv_heads, decode_splits());
-    if (!persistent_splits_match(b)) fail_plain("persistent_plan: bucket " + std::to_string(b) + " runs kernel by kernel");
     P.embed_norm(embed.ptr, d_tok.ptr, x.ptr, b, H, layers[0].attn_norm.ptr, eps, act_h.q.ptr, act_h.s.ptr, ld);
     for (int l = 0; l < cfg.num_layers; ++l) {
       const Layer& L = layers[l];

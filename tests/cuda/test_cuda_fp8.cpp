@@ -478,11 +478,6 @@ struct DeviceKvLayer {
 // v_ramp +1 (-1): value rows scaled by 2^(position / 64 - 5) (2^(5 - position / 64)) as well, so
 // that each 64-key tile's largest value exponent is above (below) the last's: the FP8 decode's acc
 // rescaled at every tile, both ways.
-// The persistent decode kernel's attention phase runs 8 warps a split; the per-op kernel picks its
-// warps a split as attention_decode.cu does (up to 8 while rows x KV heads x splits x warps x 2 <=
-// 1024). Where they match the two sum in the same order and give the same bits; elsewhere the
-// same values to fp32 rounding, so codes a step apart here and there.
-int per_op_decode_warps(int rows, int kvh, int splits) { return cuda::decode_attention_warps(rows, kvh, splits); }
 // Codes [rows][K] and 1x128 scales [K/128][ld] back to values.
 std::vector<float> dequantized_1x128(const std::vector<uint8_t>& q, const std::vector<float>& s, int rows, int K, int ld) {
   std::vector<float> v(q.size());
@@ -491,10 +486,14 @@ std::vector<float> dequantized_1x128(const std::vector<uint8_t>& q, const std::v
   return v;
 }
 // The persistent phase's codes and scales (qp, sp) against the per-op kernel's (qa, sa).
+// The persistent decode kernel's attention phase runs 8 warps a split; the per-op kernel picks its
+// warps a split with decode_attention_warps (up to 8 while rows x KV heads x splits x warps x 2 <=
+// 1024). Where they match the two sum in the same order and give the same bits; elsewhere the
+// same values to fp32 rounding, so codes a step apart here and there.
 void expect_persistent_attention(const std::vector<uint8_t>& qp, const std::vector<float>& sp,
                                  const std::vector<uint8_t>& qa, const std::vector<float>& sa, int rows, int K, int ld,
                                  int kvh, int splits) {
-  if (per_op_decode_warps(rows, kvh, splits) == 8) {
+  if (cuda::decode_attention_warps(rows, kvh, splits) == 8) {
     ASSERT_EQ(qp, qa);
     for (int kb = 0; kb < fp8::blocks(K); ++kb)  // the rows' scales (past them, ld's padding stays poisoned)
       for (int r = 0; r < rows; ++r) ASSERT_EQ(sp[size_t(kb) * ld + r], sa[size_t(kb) * ld + r]);

@@ -142,14 +142,17 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, MINB) fp8_skinny_kernel(Fp8
 
 using SkinnyKernel = void (*)(Fp8SkinnyArgs);
 
-// What fp8_gemm_skinny launches for a shape: the tile's kernel (NT, R, blocks an SM) and its
-// K-splits. The persistent decode kernel plans its dense GEMMs with the same splits
+// What fp8_gemm_skinny launches for a shape: the tile's kernel (NT, R, blocks an SM), its stage
+// and its K-splits. The persistent decode kernel plans its dense GEMMs with the same splits
 // (fp8_dense_k_splits), so its sums are this path's.
 struct SkinnyPlan {
   SkinnyKernel kernel;
-  int NT, R, ks;
+  int ks;
   size_t smem;
 };
+void check_skinny_k(int K) {
+  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
+}
 constexpr int kMaxStage = 200 * 1024;
 
 SkinnyPlan skinny_plan(int N, int K, int segments, int rows_max, int rows_hint) {
@@ -167,7 +170,7 @@ SkinnyPlan skinny_plan(int N, int K, int segments, int rows_max, int rows_hint) 
     const size_t smem = skinny_smem_bytes(NT, R, K);
     if (smem > kMaxStage) fail_plain("fp8 GEMM: K = " + std::to_string(K) + " is too long to stage");
     const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kSkinnyWarps * 32, smem);
-    return SkinnyPlan{kernel, NT, R, skinny_k_splits(N, K, segments, sms, per_sm), smem};
+    return SkinnyPlan{kernel, skinny_k_splits(N, K, segments, sms, per_sm), smem};
   };
   // The one-row tile (3 blocks per SM) only where its grid is one wave: the long unembedding keeps
   // the 8-row tile at 2 blocks per SM (under ncu 170 us with it, 188 us with the one-row tile).
@@ -182,7 +185,7 @@ SkinnyPlan skinny_plan(int N, int K, int segments, int rows_max, int rows_hint) 
 void fp8_gemm_skinny(const uint8_t* W, const float* ws, int ws_stride, const bf16* bias, const uint8_t* x,
                      const float* xs, ActSegments sg, float* y, int y_ld, bool accumulate, int N, int K,
                      int rows_hint, cudaStream_t st) {
-  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
+  check_skinny_k(K);
   if (!sg.seg && sg.rows == 0) return;
   const int segments = !sg.seg ? 1 : sg.active ? sg.active_max : sg.experts;
   // Rows a launch can have per pass: a dense matrix's rows; a segment's bound when known.
@@ -205,7 +208,7 @@ void fp8_gemm_dense(const uint8_t* W, const float* ws, int ws_stride, const bf16
 }
 
 int fp8_dense_k_splits(int N, int K, int T) {
-  if (K % 16) fail_plain("fp8 GEMM: K must be a multiple of 16 (got " + std::to_string(K) + ")");
+  check_skinny_k(K);
   return skinny_plan(N, K, 1, T, T).ks;
 }
 

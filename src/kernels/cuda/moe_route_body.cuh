@@ -229,21 +229,19 @@ __device__ inline void route_choices_block(const float* logits, int T, int E, in
   __syncthreads();
   for (int i = 0; i < warp; ++i) sv += wsum[2 * i], sf += wsum[2 * i + 1];
   int32_t *seg = mine, *active = mine + E + 1, *row_token = mine + 2 * E + 1;
+  // Entry i of one of the sorted arrays, into the block's copy and, with `all`, the canonical one.
+  auto put = [all](int32_t* copy, int32_t* canonical, int i, int32_t value) {
+    copy[i] = value;
+    if (all) canonical[i] = value;
+  };
   if (e < E) {
     cnt[e] = c, base[e] = sv - v;
-    seg[e] = sv - v;
-    if (all) sorted.seg[e] = sv - v;
-    if (f) {
-      active[sf - 1] = e;
-      if (all) sorted.active[sf - 1] = e;
-    }
+    put(seg, sorted.seg, e, sv - v);
+    if (f) put(active, sorted.active, sf - 1, e);
     if (e == E - 1) {
-      base[E] = sv, seg[E] = sv;
-      if (all) sorted.seg[E] = sv;
-      for (int j = sf; j < min(E, P); ++j) {  // sf: the active experts
-        active[j] = -1;
-        if (all) sorted.active[j] = -1;
-      }
+      base[E] = sv;
+      put(seg, sorted.seg, E, sv);
+      for (int j = sf; j < min(E, P); ++j) put(active, sorted.active, j, -1);  // sf: the active experts
     }
   }
   __syncthreads();
@@ -252,17 +250,11 @@ __device__ inline void route_choices_block(const float* logits, int T, int E, in
     int rank = 0;
     for (int q = 0; q < p; ++q) rank += idx_s[q] == ep;
     const int r = base[ep] + rank;
-    row_token[r] = p / k;
-    if (all) {
-      sorted.row_token[r] = p / k, sorted.pair_row[p] = r;
-      idx[p] = ep, w[p] = w_s[p];
-    }
+    put(row_token, sorted.row_token, r, p / k);
+    if (all) sorted.pair_row[p] = r, idx[p] = ep, w[p] = w_s[p];
   }
   if (e < E)
-    for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) {
-      row_token[r] = -1;
-      if (all) sorted.row_token[r] = -1;
-    }
+    for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) put(row_token, sorted.row_token, r, -1);
   __syncthreads();
 }
 
