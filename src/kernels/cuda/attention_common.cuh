@@ -228,11 +228,6 @@ __device__ inline void online_softmax_tile(float (&s)[NT][4], float (&m)[2], flo
 
 // The weight of a partial state (max m_i, sum l_i) in a merge whose largest max is M; an empty
 // state (l_i = 0) weighs nothing.
-// The power is taken either way and then selected (the same value, no branch), so that a merge's
-// unrolled loop issues all its loads before its sums.
-__device__ inline float merge_weight(float m_i, float l_i, float M) {
-  const float f = exp2_approx(m_i - M);
-  return l_i > 0.0f ? f : 0.0f;
-}
+__device__ inline float merge_weight(float m_i, float l_i, float M) { return l_i > 0.0f ? exp2_approx(m_i - M) : 0.0f; }
 
 }  // namespace osprey::cuda

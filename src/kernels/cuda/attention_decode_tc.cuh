@@ -47,13 +47,11 @@ __device__ inline void merge_splits_warp(const float* scratch, int r, int kb, in
   if (col0 < K) {
     const int h = col0 / D, d0 = col0 % D;
     const float* sc = scratch + (size_t(r) * heads + h) * splits * (D + 2);
-    // Unrolled 16-fold, so that a batch-1 step's 16 splits take one L2 round trip a loop (the
-    // loads do not wait on the sums; unrolled 8 and 4 the tail took six round trips).
     float M = -FLT_MAX;
-#pragma unroll 16
+#pragma unroll 8
     for (int s = 0; s < splits; ++s) M = fmaxf(M, __ldcg(sc + s * (D + 2) + D));
     float den = 0, o[4] = {};
-#pragma unroll 16
+#pragma unroll 4
     for (int s = 0; s < splits; ++s) {
       const float* p = sc + s * (D + 2);
       const float ps = __ldcg(p + D + 1);

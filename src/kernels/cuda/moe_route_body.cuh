@@ -29,41 +29,6 @@ __device__ inline void for_each_choice(const int32_t* idx, int P, Fn&& fn) {
   }
 }
 
-// Exclusive scans over the experts of round4(cnt[e]) into base[e] (base[E]: the total) and of
-// (cnt[e] > 0) into the active experts' places: active[j] is the j-th expert with pairs, -1 from
-// there up to min(E, P). Block-wide, blockDim.x a multiple of 32; ends synchronized.
-__device__ inline void expert_runs_scan(const int* cnt, int E, int P, int* base, int32_t* active) {
-  __shared__ int wsum[2][32];  // the warps' totals: run rows, active experts
-  __shared__ int carry[2];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  if (threadIdx.x == 0) carry[0] = carry[1] = 0;
-  __syncthreads();
-  for (int e0 = 0; e0 < E; e0 += blockDim.x) {
-    const int e = e0 + threadIdx.x, c = e < E ? cnt[e] : 0, v = round4(c), f = c > 0;
-    int sv = v, sf = f;  // inclusive scans within the warp
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int a = __shfl_up_sync(0xffffffffu, sv, o), b = __shfl_up_sync(0xffffffffu, sf, o);
-      if (lane >= o) sv += a, sf += b;
-    }
-    if (lane == 31) wsum[0][warp] = sv, wsum[1][warp] = sf;
-    __syncthreads();
-    int pv = carry[0], pf = carry[1];
-    for (int i = 0; i < warp; ++i) pv += wsum[0][i], pf += wsum[1][i];
-    if (e < E) {
-      base[e] = pv + sv - v;
-      if (f) active[pf + sf - 1] = e;
-    }
-    __syncthreads();  // every thread has read carry and wsum
-    if (threadIdx.x == 0)
-      for (int i = 0; i < nw; ++i) carry[0] += wsum[0][i], carry[1] += wsum[1][i];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) base[E] = carry[0];
-  for (int j = carry[1] + int(threadIdx.x); j < min(E, P); j += blockDim.x) active[j] = -1;
-  __syncthreads();
-}
-
 // Counting sort of (token, choice) pairs by expert by one block; each expert's run padded to a
 // multiple of 4. idx is read coherently (.cg): in moe_route it was written by other blocks of the
 // same kernel. sh: 3E + 1 ints of shared memory.
@@ -74,7 +39,16 @@ __device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, i
   __syncthreads();
   for_each_choice(idx, P, [&](int, int e) { atomicAdd(&cnt[e], 1); });
   __syncthreads();
-  expert_runs_scan(cnt, E, P, base, active);
+  if (threadIdx.x == 0) {
+    base[0] = 0;
+    int na = 0;
+    for (int e = 0; e < E; ++e) {
+      base[e + 1] = base[e] + round4(cnt[e]);
+      if (cnt[e]) active[na++] = e;
+    }
+    for (; na < min(E, P); ++na) active[na] = -1;
+  }
+  __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) seg[e] = base[e];
   for_each_choice(idx, P, [&](int p, int e) {
     const int r = base[e] + atomicAdd(&cursor[e], 1);
