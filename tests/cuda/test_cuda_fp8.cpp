@@ -84,6 +84,42 @@ void expect_same_fp8(const fp8::Matrix& ref, const std::vector<uint8_t>& q, cons
     }
 }
 
+// moe_sort against a host count: each expert's run starts at the sum of the runs before it
+// (counts rounded up to 4), the active experts in order then -1, every pair in its expert's run
+// once and the run's padding rows -1. E past one warp and not a multiple of 32 (the block scan's
+// warps and their carry), experts without pairs, and P below E (active's -1 tail ends at P).
+TEST(CudaFp8, MoeSortLaysRunsOutAsTheHostCounts) {
+  for (auto [T, k, E] : {std::tuple{1, 4, 32}, std::tuple{3, 4, 128}, std::tuple{64, 4, 37}, std::tuple{200, 4, 256},
+                         std::tuple{1000, 4, 128}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " E " + std::to_string(E));
+    std::vector<int32_t> choices(size_t(T) * k);
+    for (int t = 0; t < T; ++t)  // distinct experts a token, skewed so that some get none
+      for (int j = 0; j < k; ++j) choices[size_t(t) * k + j] = (t * t % (E / 2 + 1) + j * (E / k)) % E;
+    const DevSortedPairs d(choices, T, k, E);
+    std::vector<int> cnt(E, 0);
+    for (int e : choices) ++cnt[e];
+    std::vector<int32_t> seg(E + 1, 0), active;
+    for (int e = 0; e < E; ++e) {
+      seg[e + 1] = seg[e] + (cnt[e] + 3) / 4 * 4;
+      if (cnt[e]) active.push_back(e);
+    }
+    while (active.size() < size_t(std::min(E, T * k))) active.push_back(-1);
+    EXPECT_EQ(d.seg.get(), seg);
+    const auto act = d.active.get();
+    EXPECT_EQ(std::vector<int32_t>(act.begin(), act.begin() + active.size()), active);
+    const auto rt = d.row_token.get(), pr = d.pair_row.get();
+    std::vector<int> used(static_cast<size_t>(seg[E]), 0);
+    for (int p = 0; p < T * k; ++p) {
+      const int r = pr[p], e = choices[p];
+      ASSERT_TRUE(r >= seg[e] && r < seg[e] + cnt[e]) << "pair " << p;
+      ASSERT_EQ(rt[r], p / k);
+      ASSERT_EQ(used[r]++, 0);
+    }
+    for (int e = 0; e < E; ++e)
+      for (int r = seg[e] + cnt[e]; r < seg[e + 1]; ++r) ASSERT_EQ(rt[r], -1) << "padding row " << r;
+  }
+}
+
 TEST(CudaFp8, QuantizeBf16BitIdenticalToCpu) {
   const int R = 300, C = 2880;  // partial row block, 22.5 column blocks
   auto w = randbf(size_t(R) * C, 30, 3.0f);

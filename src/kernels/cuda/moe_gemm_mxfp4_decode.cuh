@@ -165,7 +165,9 @@ __device__ inline bool mxfp4_warp_work(const Mxfp4ExpertsView& W, const ExpertRo
                                        Mxfp4WarpWork& w) {
   const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-  const int tile = warp / ks, split = warp % ks, tiles_per_block = kWarps / ks;
+  // The block's warps (8, or 4 for the decode row path's small grids): a warp's rows and K split,
+  // and the order its split is summed in, do not depend on them.
+  const int tile = warp / ks, split = warp % ks, tiles_per_block = int(blockDim.x >> 5) / ks;
   w.e = rows.active ? __ldcg(rows.active + blk.y) : blk.y;
   if (w.e < 0) return false;
   w.s0 = __ldcg(rows.seg + w.e);
@@ -209,9 +211,9 @@ __host__ __device__ inline int decode_chunk_stride(int K, int ks, int chunks) {
   return decode_chunk_blocks(K, ks, chunks) * kBlk * 2 + 64;
 }
 __host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int ks, int chunks, int stages = decode_stages(1),
-                                                    int pass_rows = 0) {
+                                                    int pass_rows = 0, int warps = kWarps) {
   const int rows = pass_rows > 0 ? pass_rows : 8 * NT;
-  return size_t(ks) * rows * decode_chunk_stride(K, ks, chunks) + size_t(kWarps) * stages * kMxfp4TileBytes;
+  return size_t(ks) * rows * decode_chunk_stride(K, ks, chunks) + size_t(warps) * stages * kMxfp4TileBytes;
 }
 
 template <int NT, class Sync, int kStages = decode_stages(NT), int kChunks = 1>
