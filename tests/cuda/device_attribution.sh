@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Where a per-op decode step's time goes inside the graph (issue 16's bubbles, issue 14's batch-1
+# figures): decode steps with named kernels left out, by a build with
+# bench/prepared/s33-attribution.patch applied (never on main: its results are wrong, only its
+# timing counts). Build it on the CPU machine:
+#   git worktree add /tmp/attr HEAD && (cd /tmp/attr && git apply bench/prepared/s33-attribution.patch &&
+#     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOSPREY_TESTS=OFF && ninja -C build osprey)
+#   mkdir -p .devcarry/attr && xz -T2 -k -c /tmp/attr/build/osprey > .devcarry/attr/osprey.xz
+# and carry .devcarry. PRESET (default 20b; 120b: in /dev/shm, its load takes about two minutes on
+# the H200), BATCHES (default 1,8), SKIPS (";"-separated OSPREY_SKIP lists; "" is the whole step).
+# Logs and a table to $OUT.
+source "$(dirname "$0")/device_env.sh"
+A=$PWD/.devcarry/attr/osprey
+[ -x $A ] || { xz -d -k -f $A.xz && chmod +x $A; }
+D=$(synth_dir ${PRESET:-20b})
+SKIPS=${SKIPS:-";qkv;rope;attn;o;up;down;combine;unembed;rope,attn;qkv,o,up,down,unembed"}
+IFS=';' read -ra list <<< "$SKIPS"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+echo "| left out | context | batch | step (ms) | tok/s |"
+for sk in "${list[@]}"; do
+  OSPREY_SKIP=$sk timeout ${RUN_S:-200} $A bench --backend cuda --model $D --weights mxfp4 --prefill-lens 1024 \
+    --batches ${BATCHES:-1,8} --contexts 8192 --steps 16 > "$OUT/attr_${sk//,/_}.log" 2>&1
+  grep -E "^\| 8192" "$OUT/attr_${sk//,/_}.log" | awk -v s="${sk:-none}" -F'|' '{print "| " s " |" $2 "|" $3 "|" $4 "|" $5 "|"}'
+done | tee $OUT/attribution.md
