@@ -7,18 +7,14 @@
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOSPREY_TESTS=OFF && ninja -C build osprey)
 #   mkdir -p .devcarry/attr && xz -T2 -k -c /tmp/attr/build/osprey > .devcarry/attr/osprey.xz
 # and carry .devcarry. PRESET (default 20b; 120b: in /dev/shm, its load takes about two minutes on
-# the H200), BATCHES (default 1,8), SKIPS (";"-separated OSPREY_SKIP lists; "" is the whole step).
-# Logs and a table to $OUT.
+# the H200), BATCHES (default 1,8), SKIPS (";"-separated lists for OSPREY_SKIP_LIST; "none" is the
+# whole step), all in one load of the model. Log and table to $OUT.
 source "$(dirname "$0")/device_env.sh"
 A=$PWD/.devcarry/attr/osprey
 [ -x $A ] || { xz -d -k -f $A.xz && chmod +x $A; }
 D=$(synth_dir ${PRESET:-20b})
-SKIPS=${SKIPS:-";qkv;rope;attn;o;up;down;combine;unembed;rope,attn;qkv,o,up,down,unembed"}
-IFS=';' read -ra list <<< "$SKIPS"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-echo "| left out | context | batch | step (ms) | tok/s |"
-for sk in "${list[@]}"; do
-  OSPREY_SKIP=$sk timeout ${RUN_S:-200} $A bench --backend cuda --model $D --weights mxfp4 --prefill-lens 1024 \
-    --batches ${BATCHES:-1,8} --contexts 8192 --steps 16 > "$OUT/attr_${sk//,/_}.log" 2>&1
-  grep -E "^\| 8192" "$OUT/attr_${sk//,/_}.log" | awk -v s="${sk:-none}" -F'|' '{print "| " s " |" $2 "|" $3 "|" $4 "|" $5 "|"}'
-done | tee $OUT/attribution.md
+OSPREY_SKIP_LIST=${SKIPS:-"none;qkv;rope;attn;o;up;down;combine;unembed;rope,attn;qkv,o,up,down,unembed;none"} \
+  timeout ${RUN_S:-400} $A bench --backend cuda --model $D --weights mxfp4 --prefill-lens 1024 --batches ${BATCHES:-1,8} \
+  --contexts 8192 --steps 32 > $OUT/attribution.log 2>&1
+grep -E "^\| (left out|8192)|rror" $OUT/attribution.log | tee $OUT/attribution.md
