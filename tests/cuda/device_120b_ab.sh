@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 120b synthetic checkpoint (written to /dev/shm) under `bench --backend cuda`: --weights mxfp4
 # with this build and, with BASE_BIN, another build's osprey (MX_ARGS), then --weights fp8 with this
-# build (FP8_ARGS: what fits), in this call. Logs to $OUT.
+# build (FP8_ARGS: what fits; SKIP_FP8=1 leaves it out), in this call. Logs to $OUT.
 source "$(dirname "$0")/device_env.sh"
 ( time $B synth --preset 120b --seed 1 --out /dev/shm/120b --quiet ) 2>&1 | grep -E "real|error"
 run() {  # label binary weights args
@@ -12,4 +12,4 @@ run() {  # label binary weights args
 MX=${MX_ARGS:---prefill-lens 8192 --prefill-reps 1 --batches 1,8,64,128 --contexts 8192 --steps 16}
 run this $B mxfp4 "$MX"
 [ -n "${BASE_BIN:-}" ] && run base $BASE_BIN mxfp4 "$MX"
-run this $B fp8 "${FP8_ARGS:---prefill-lens 8192 --prefill-reps 1 --batches 1,8,32 --contexts 8192 --steps 16}"
+[ -n "${SKIP_FP8:-}" ] || run this $B fp8 "${FP8_ARGS:---prefill-lens 8192 --prefill-reps 1 --batches 1,8,32 --contexts 8192 --steps 16}"
