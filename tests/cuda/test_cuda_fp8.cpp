@@ -86,8 +86,8 @@ void expect_same_fp8(const fp8::Matrix& ref, const std::vector<uint8_t>& q, cons
 
 // moe_sort against a host count: each expert's run starts at the sum of the runs before it
 // (counts rounded up to 4), the active experts in order then -1, every pair in its expert's run
-// once and the run's padding rows -1. E past one warp and not a multiple of 32 (the block scan's
-// warps and their carry), experts without pairs, and P below E (active's -1 tail ends at P).
+// once and the run's padding rows -1. E of one warp's width and past it, one that is not a
+// multiple of 32, experts without pairs, and P below E (active's -1 tail ends at P).
 TEST(CudaFp8, MoeSortLaysRunsOutAsTheHostCounts) {
   for (auto [T, k, E] : {std::tuple{1, 4, 32}, std::tuple{3, 4, 128}, std::tuple{64, 4, 37}, std::tuple{200, 4, 256},
                          std::tuple{1000, 4, 128}}) {
