@@ -2,7 +2,7 @@
 # Session 35, call 1 (20b synthetic, MXFP4 experts, FP8 dense, BF16 cache, 8k context):
 # (a) the attribution inside the graph (bench/prepared/s33-attribution.patch) at batches 1, 8, 64;
 # (b) the variants against main, main first and last, batches 1, 2, 8, 64:
-#     route-warp-sort (s33), merge-loads (s33), shape-splits (s34), slide1 (s34),
+#     route-warp-sort (s33), slide1 (s34),
 #     skinny127 (s35-dense-skinny-to-127), rows16 (s35-mxfp4-16-row-passes);
 # (c) the expert GEMMs alone (--moe-batches) for rows16 against main;
 # (d) the MXFP4 tests on the rows16 build, the route tests on the warp-sort build.
@@ -28,7 +28,7 @@ for b in main rows16 main rows16; do
 done
 date
 echo "== A/B"
-for b in main rows16 skinny127 route-warp-sort slide1 shape-splits merge-loads main; do
+for b in main rows16 skinny127 route-warp-sort slide1 main; do
   bin=$V/$b; [ $b = main ] && bin=$B
   echo "-- $b"
   timeout 40 $bin bench --backend cuda --model $D --weights mxfp4 --prefill-lens 1024 --batches 1,2,8,64 --contexts 8192 --steps 16 \
