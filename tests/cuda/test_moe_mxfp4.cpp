@@ -125,8 +125,9 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   EXPECT_LT(worst_against_cpu_twin(in.W, in.idx, in.x, hpair, got, T, k), 5e-6) << "T " << T << (tiled ? " tiled" : " decode");
   // The other paths sum in the same order (the same K splits, the same MMA slots): the same bits,
   // so a row's result does not depend on how many rows its step has. Hints 1 and 2 also read the
-  // routing before the PDL wait (ExpertRows::routed_early, as the second GEMM does).
-  for (int hint : {1, 2, 16, 32, 64}) {
+  // routing before the PDL wait (ExpertRows::routed_early, as the second GEMM does); 8 takes the
+  // row path's 8-row passes, 16 its 16-row passes, 32 the wide path, 64 the tiled one.
+  for (int hint : {1, 2, 8, 16, 32, 64}) {
     if (hint == in.rows.rows_per_expert) continue;
     SCOPED_TRACE("against rows_per_expert " + std::to_string(hint));
     Dev<float> y2(size_t(in.P) * N);

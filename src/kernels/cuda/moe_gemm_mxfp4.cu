@@ -33,6 +33,19 @@ __global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
     mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
+// The row path at 16 rows a pass, for 13-16 rows an expert typically (the 20b at batch 49-64):
+// one decode of each weight feeds both 8-row groups where 8-row passes decode it twice for an
+// expert above 8 rows. Its activations are staged in four chunks of K, so that three blocks an SM
+// still fit (67-68 KB each; ptxas: 80 registers, 12 bytes of spill). The same MMAs in the same
+// order on every accumulator as 8-row passes: the same bits. On the H200 (docs/PERF.md, session
+// 35) it took the 20b step at batch 64 from 12.15-12.20 to 11.43-11.48 ms and at 56 from 11.40 to
+// 10.94-10.98; at 48 (12 rows an expert) it was even, at 40 (10) 3% slower. Session 15 measured
+// 16-row passes at two blocks an SM slower than 8-row ones at three.
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    mxfp4_decode16_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
+  mxfp4_decode_body<2, PdlSync, decode_stages(2), 4>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, 16);
+}
+
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
 __global__ void __launch_bounds__(kWarps * 32, 2)
     mxfp4_wide_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
@@ -389,11 +402,12 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     return;
   }
   // More than 16 rows an expert typically (twice the mean): the wide path, one pass over the
-  // weights for up to 32 rows (20b batch 128: 1.83x the row path's speed). Fewer: the row path, 8
-  // rows a pass (20b batch 64: its experts in one or two passes at three blocks an SM measured
-  // faster than one pass of 16 rows at two; docs/PERF.md).
+  // weights for up to 32 rows (20b batch 128: 1.83x the row path's speed). 13-16: the row path at
+  // 16 rows a pass in four chunks (mxfp4_decode16_kernel; 20b batch 64: 1.06x the 8-row passes).
+  // Fewer: the row path, 8 rows a pass (an expert above 8 rows takes a second pass, mostly from L2).
   const bool wide = rows.rows_per_expert > 16 && wide_fits(kWideNT, ks) &&
                     mxfp4_wide_smem(kWideNT, ks, kWideStages) <= kMaxSmem;
+  const bool rows16 = !wide && rows.rows_per_expert > 12;
   const int segments = rows.active ? rows.active_max : W.experts;
   auto grid_of = [&](int warps) {
     const int tiles_per_block = warps / ks;
@@ -410,19 +424,24 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     return (size_t(g.x) * g.y + sms - 1) / sms * warps;
   };
   const int warps =
-      !wide && chunks == 1 && ks <= kWarps / 2 && busiest(kWarps / 2) < busiest(kWarps) ? kWarps / 2 : kWarps;
+      !wide && !rows16 && chunks == 1 && ks <= kWarps / 2 && busiest(kWarps / 2) < busiest(kWarps) ? kWarps / 2 : kWarps;
   const dim3 grid = grid_of(warps);
-  const size_t smem = wide ? mxfp4_wide_smem(kWideNT, ks, kWideStages)
-                           : mxfp4_decode_smem(1, W.K, ks, chunks, decode_stages(1), 0, warps);
+  const size_t smem = wide     ? mxfp4_wide_smem(kWideNT, ks, kWideStages)
+                      : rows16 ? mxfp4_decode_smem(2, W.K, ks, 4, decode_stages(2), 0, kWarps)
+                               : mxfp4_decode_smem(1, W.K, ks, chunks, decode_stages(1), 0, warps);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
     for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_decode16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
   if (wide) {
     launch_pdl("gemm", mxfp4_wide_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
+    swiglu_after();
+  } else if (rows16) {
+    launch_pdl("gemm", mxfp4_decode16_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
     swiglu_after();
   } else {
     const bool epilogue = swiglu && chunks == 1;
