@@ -41,9 +41,11 @@ __global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
 // 35) it took the 20b step at batch 64 from 12.15-12.20 to 11.43-11.48 ms and at 56 from 11.40 to
 // 10.94-10.98; at 48 (12 rows an expert) it was even, at 40 (10) 3% slower. Session 15 measured
 // 16-row passes at two blocks an SM slower than 8-row ones at three.
+constexpr int kRows16NT = 2, kRows16Chunks = 4;  // 16 rows a pass; the launcher sizes its stage from these
 __global__ void __launch_bounds__(kWarps * 32, 3)
     mxfp4_decode16_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<2, PdlSync, decode_stages(2), 4>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, 16);
+  mxfp4_decode_body<kRows16NT, PdlSync, decode_stages(kRows16NT), kRows16Chunks>(W, x, rows, y, ks, VBlock::this_block(),
+                                                                                PdlSync{}, 8 * kRows16NT);
 }
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
@@ -427,7 +429,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
       !wide && !rows16 && chunks == 1 && ks <= kWarps / 2 && busiest(kWarps / 2) < busiest(kWarps) ? kWarps / 2 : kWarps;
   const dim3 grid = grid_of(warps);
   const size_t smem = wide     ? mxfp4_wide_smem(kWideNT, ks, kWideStages)
-                      : rows16 ? mxfp4_decode_smem(2, W.K, ks, 4, decode_stages(2), 0, kWarps)
+                      : rows16 ? mxfp4_decode_smem(kRows16NT, W.K, ks, kRows16Chunks, decode_stages(kRows16NT), 0, kWarps)
                                : mxfp4_decode_smem(1, W.K, ks, chunks, decode_stages(1), 0, warps);
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
