@@ -9,6 +9,9 @@ source tests/cuda/device_env.sh
 set +e
 trap 'cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+xz -d -c .devcarry/s36d/tests.xz > /tmp/tests_4b && chmod +x /tmp/tests_4b
+timeout 60 /tmp/tests_4b --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*' > $OUT/tests_4b.log 2>&1
+grep -E "^\[  (PASSED|FAILED)|Failure|tests ran" $OUT/tests_4b.log | head
 D=$(synth_dir 20b)
 date
 for b in main 4b main 4b; do
