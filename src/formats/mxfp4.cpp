@@ -43,6 +43,12 @@ void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int ex
     mxfp4_relayout_tiles(blocks + e * per_b, scales + e * per_s, N, K, tiles + e * per_t);
 }
 
+bool mxfp4_any_big_scale(const uint8_t* scales, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (scales[i] > 128) return true;
+  return false;
+}
+
 uint8_t mxfp4_e2m1_to_e4m3(int c, int d) {
   const uint8_t sign = (c & 8) ? 0x80 : 0;
   if (d > kMxfp4Fp8ZeroSpan) return sign;

@@ -139,6 +139,11 @@ constexpr size_t mxfp4_tiles_bytes(int N, int K) {
 void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles);
 // The same for `experts` matrices one after another (OpenMP over experts).
 void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int experts, int N, int K, uint8_t* tiles);
+// Whether any of n E8M0 scales is above 128 (2^1): the GPU's BF16 decode takes such a group's
+// power of two in two multiplies, and a matrix without one lets its kernels drop that case
+// (Mxfp4ExpertsView::big_scales). Trained gpt-oss experts have none (their groups' scales are
+// far below 2).
+bool mxfp4_any_big_scale(const uint8_t* scales, size_t n);
 
 }  // namespace osprey
 

@@ -60,7 +60,10 @@ struct Mxfp4Weight {
   // every one of every expert converts exactly (fp8_smax [E][ceil(rows/128)][KB]), else 1x128.
   int fp8_block_rows = 1;
   DeviceArray<uint8_t> fp8_smax;
-  cuda::Mxfp4ExpertsView view(const cuda::bf16* bias) const { return {tiles.ptr, bias, experts, rows, cols}; }
+  bool big_scales = true;  // some scale above 128 (mxfp4_any_big_scale): the decode's second multiply
+  cuda::Mxfp4ExpertsView view(const cuda::bf16* bias) const {
+    return {tiles.ptr, bias, experts, rows, cols, big_scales};
+  }
 };
 
 struct Layer {
@@ -245,6 +248,7 @@ struct GptOssCudaFp8::Impl {
     staging.resize(n);
     mxfp4_relayout_experts(src.blocks, src.scales, src.experts, src.rows, src.cols, staging.data());
     dst.tiles = upload(staging.data(), n);
+    dst.big_scales = mxfp4_any_big_scale(src.scales, size_t(src.experts) * src.rows * (src.cols / kMxfp4Group));
     weight_bytes += double(n);
     if (mxfp4_lt_fp8 && opt.cublaslt) {
       const Mxfp4Fp8Blocks b = mxfp4_fp8_blocks(src.scales, src.experts, src.rows, src.cols);

@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(Awkward, MoeMxfp4,
                                            std::tuple{3, true}, std::tuple{129, true}, std::tuple{600, true}));
 
 // A grouped GEMM's first inputs on the device: E experts of random MXFP4 weights [N][K] (seed
-// w_seed), T tokens' top-k choices (skewed_choices, seed) sorted by expert (moe_sort), the tokens
+// w_seed; scales 118 to scale_hi), T tokens' top-k choices (skewed_choices, seed) sorted by expert (moe_sort), the tokens
 // (seed + 1) as BF16 in the activation layout, and the first GEMM's rows (each reads its token's
 // row) with the hint rows_per_expert.
 struct GroupedInputs {
@@ -100,8 +100,8 @@ struct GroupedInputs {
   Dev<bf16> xb;
   cuda::Mxfp4ExpertsView view;
   cuda::ExpertRows rows;
-  GroupedInputs(int T_, int E_, int k_, int N_, int K_, uint32_t w_seed, uint32_t seed, int hint)
-      : T(T_), E(E_), k(k_), N(N_), K(K_), P(cuda::moe_rows_max(T_, k_, E_)), W(E_, N_, K_, w_seed),
+  GroupedInputs(int T_, int E_, int k_, int N_, int K_, uint32_t w_seed, uint32_t seed, int hint, int scale_hi = 131)
+      : T(T_), E(E_), k(k_), N(N_), K(K_), P(cuda::moe_rows_max(T_, k_, E_)), W(E_, N_, K_, w_seed, 118, scale_hi),
         idx(skewed_choices(T_, E_, seed, k_)), x(randf(size_t(T_) * K_, seed + 1, 2.0f)), di(idx), seg(E_ + 1),
         row_token(P), pair_row(idx.size()), active(E_), tiles(W.relaid), bias(W.bias), dx(x),
         xb(size_t(T_) * mxfp4_act_cols(K_)), view{tiles.p, as_dev_bf16(bias), E_, N_, K_} {
@@ -194,6 +194,35 @@ TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
     }
 }
 
+// Weights without a scale above 128 (those of trained experts): the decode kernels that leave out
+// the second multiply's test (Mxfp4ExpertsView::big_scales false) give the general kernels' bits,
+// on the row path's one-wave (1 token) and two-chunk (40 tokens, 32 experts) 8-row passes and its
+// 16-row passes, and stay at the CPU twin.
+TEST(MoeMxfp4, OneMultiplyDecodeEqualsTheGeneralOne) {
+  const int N = 2880, K = 2880, k = 4;
+  struct Case {
+    int T, E, hint;
+  };
+  for (const Case cs : {Case{1, 8, 1}, Case{40, 32, 8}, Case{40, 32, 16}}) {
+    SCOPED_TRACE("T " + std::to_string(cs.T) + ", " + std::to_string(cs.E) + " experts, rows_per_expert " +
+                 std::to_string(cs.hint));
+    GroupedInputs in(cs.T, cs.E, k, N, K, 270 + cs.T, 271, cs.hint, /*scale_hi=*/128);
+    ASSERT_FALSE(mxfp4_any_big_scale(in.W.scales.data(), in.W.scales.size()));
+    cuda::Mxfp4ExpertsView general = in.view, one = in.view;
+    general.big_scales = true, one.big_scales = false;
+    Dev<float> y1(size_t(in.P) * N), y2(size_t(in.P) * N);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(general, as_dev_bf16(in.xb), in.rows, y1.p, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(one, as_dev_bf16(in.xb), in.rows, y2.p, nullptr);
+    const auto g1 = y1.get(), g2 = y2.get();
+    const auto hrow = in.row_token.get(), hseg = in.seg.get(), hpair = in.pair_row.get();
+    for (int r = 0; r < hseg[cs.E]; ++r) {
+      if (hrow[r] < 0) continue;
+      for (int n = 0; n < N; ++n) ASSERT_EQ(g2[size_t(r) * N + n], g1[size_t(r) * N + n]) << "row " << r << " column " << n;
+    }
+    EXPECT_LT(worst_against_cpu_twin(in.W, in.idx, in.x, hpair, g2, cs.T, k), 5e-6);
+  }
+}
+
 // The parity-b shapes (hidden 160, intermediate 64: K of 1.25 and 0.5 blocks), 6 experts, top-3.
 TEST(MoeMxfp4, SmallShapesEqualCpuTwin) {
   for (int T : {5, 48})
@@ -212,7 +241,10 @@ TEST(MoeMxfp4, DecodeIsExactForEveryCodeAndScale) {
     std::fill(W.bias.begin(), W.bias.end(), f32_to_bf16(0.0f));
     Dev<uint8_t> tiles(W.relaid);
     Dev<bf16> bias(W.bias);
-    const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K};
+    // Scales 3-40 have no second multiply: the decode without its test (big_scales false).
+    const cuda::Mxfp4ExpertsView view{tiles.p, as_dev_bf16(bias), E, N, K,
+                                      mxfp4_any_big_scale(W.scales.data(), W.scales.size())};
+    EXPECT_EQ(view.big_scales, hi > 128);
     std::vector<int32_t> seg = {0, 1}, act = {0};
     Dev<int32_t> dseg(seg), dact(act);
     for (int col : {0, 5, 37, 100, 131, 255}) {

@@ -417,5 +417,19 @@ TEST(Fp8, BlockScaledMatmulMatchesDequantizedReference) {
   EXPECT_GT(werr, 1e-4);   // ... but is not a no-op
 }
 
+// The scan behind Mxfp4ExpertsView::big_scales: a scale above 128 (2^1) anywhere, at either end.
+TEST(Mxfp4, AnyBigScaleFindsAScaleAboveTwo) {
+  std::vector<uint8_t> s(1000, 127);
+  EXPECT_FALSE(mxfp4_any_big_scale(s.data(), s.size()));
+  s[999] = 128;
+  EXPECT_FALSE(mxfp4_any_big_scale(s.data(), s.size()));
+  s[999] = 129;
+  EXPECT_TRUE(mxfp4_any_big_scale(s.data(), s.size()));
+  EXPECT_FALSE(mxfp4_any_big_scale(s.data(), 999));
+  s[0] = 255;
+  EXPECT_TRUE(mxfp4_any_big_scale(s.data(), 1));
+  EXPECT_FALSE(mxfp4_any_big_scale(s.data(), 0));
+}
+
 }  // namespace
 }  // namespace osprey

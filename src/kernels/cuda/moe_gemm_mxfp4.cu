@@ -23,14 +23,16 @@ namespace {
 // The SwiGLU epilogue (sw.a) only in the one-wave kernel: it saves a launch a layer, 2 us of a
 // batch-1 layer's 38, while at three blocks an SM its code spills and measured 1-2% slower at
 // 64 and 128 rows (bench/probes/mxfp4_decode_ring.cu, docs/PERF.md); there it is the SwiGLU kernel.
-template <int kChunks>
+// kBig: Mxfp4ExpertsView::big_scales (false drops the second multiply's test from the K loop).
+template <int kChunks, bool kBig>
 __global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
     mxfp4_decode_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks, SwigluOut sw) {
   constexpr int kPassRows = 8;
   if constexpr (kChunks == 1)
-    mxfp4_decode_body<1, PdlSync, decode_stages(1), 1>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, kPassRows, sw);
+    mxfp4_decode_body<1, PdlSync, decode_stages(1), 1, kBig>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{}, kPassRows,
+                                                             sw);
   else
-    mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
+    mxfp4_decode_body<1, PdlSync, decode_stages(1), kChunks, kBig>(W, x, rows, y, ks, VBlock::this_block(), PdlSync{});
 }
 
 // The row path at 16 rows a pass, for 13-16 rows an expert typically (the 20b at batch 49-64):
@@ -42,10 +44,12 @@ __global__ void __launch_bounds__(kWarps * 32, kChunks == 1 ? 2 : 3)
 // 10.94-10.98; at 48 (12 rows an expert) it was even, at 40 (10) 3% slower. Session 15 measured
 // 16-row passes at two blocks an SM slower than 8-row ones at three.
 constexpr int kRows16NT = 2, kRows16Chunks = 4;  // 16 rows a pass; the launcher sizes its stage from these
+template <bool kBig>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     mxfp4_decode16_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
-  mxfp4_decode_body<kRows16NT, PdlSync, decode_stages(kRows16NT), kRows16Chunks>(W, x, rows, y, ks, VBlock::this_block(),
-                                                                                PdlSync{}, 8 * kRows16NT);
+  mxfp4_decode_body<kRows16NT, PdlSync, decode_stages(kRows16NT), kRows16Chunks, kBig>(W, x, rows, y, ks,
+                                                                                      VBlock::this_block(), PdlSync{},
+                                                                                      8 * kRows16NT);
 }
 
 constexpr int kWideNT = 4, kWideStages = 4;  // 32 rows a pass; two blocks an SM at ks <= 2
@@ -434,21 +438,25 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   if (smem > kMaxSmem) fail_plain("m_grouped_mxfp4_gemm_bf16_contiguous: K = " + std::to_string(W.K) + " is too long to stage");
   static std::once_flag once;
   std::call_once(once, [] {
-    for (auto k : {mxfp4_decode_kernel<1>, mxfp4_decode_kernel<2>})
+    for (auto k : {mxfp4_decode_kernel<1, true>, mxfp4_decode_kernel<2, true>, mxfp4_decode_kernel<1, false>,
+                   mxfp4_decode_kernel<2, false>})
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_decode16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+    for (auto k : {mxfp4_decode16_kernel<true>, mxfp4_decode16_kernel<false>})
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
     OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
   if (wide) {
     launch_pdl("gemm", mxfp4_wide_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
     swiglu_after();
   } else if (rows16) {
-    launch_pdl("gemm", mxfp4_decode16_kernel, grid, kWarps * 32, smem, st, W, x, rows, y, ks);
+    launch_pdl("gemm", W.big_scales ? mxfp4_decode16_kernel<true> : mxfp4_decode16_kernel<false>, grid, kWarps * 32, smem,
+               st, W, x, rows, y, ks);
     swiglu_after();
   } else {
     const bool epilogue = swiglu && chunks == 1;
-    launch_pdl("gemm", chunks == 1 ? mxfp4_decode_kernel<1> : mxfp4_decode_kernel<2>, grid, warps * 32, smem, st, W, x,
-               rows, y, ks, epilogue ? *swiglu : SwigluOut{});
+    auto* kernel = W.big_scales ? (chunks == 1 ? mxfp4_decode_kernel<1, true> : mxfp4_decode_kernel<2, true>)
+                                : (chunks == 1 ? mxfp4_decode_kernel<1, false> : mxfp4_decode_kernel<2, false>);
+    launch_pdl("gemm", kernel, grid, warps * 32, smem, st, W, x, rows, y, ks, epilogue ? *swiglu : SwigluOut{});
     if (!epilogue) swiglu_after();
   }
 }

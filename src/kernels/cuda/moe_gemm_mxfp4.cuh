@@ -23,6 +23,11 @@ struct Mxfp4ExpertsView {
   const uint8_t* tiles = nullptr;
   const bf16* bias = nullptr;
   int experts = 0, N = 0, K = 0;  // N % 16 == 0, K % 32 == 0
+  // Whether some scale is above 128 (formats/mxfp4.h mxfp4_any_big_scale): true is always right;
+  // false (the loader checked) lets the row paths' decode kernels skip the per-K-block test for a
+  // second multiply, a vote and 16 branches a K block of every warp (H100, session 36: the expert
+  // GEMMs 1.02-1.06x, the 20b step 1.02-1.03x at batches 1, 8 and 64; docs/PERF.md).
+  bool big_scales = true;
 };
 
 // The rows of one grouped GEMM, sorted by expert: expert e owns rows [seg[e], seg[e + 1]).

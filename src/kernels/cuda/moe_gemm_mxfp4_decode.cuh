@@ -216,7 +216,9 @@ __host__ __device__ inline size_t mxfp4_decode_smem(int NT, int K, int ks, int c
   return size_t(ks) * rows * decode_chunk_stride(K, ks, chunks) + size_t(warps) * stages * kMxfp4TileBytes;
 }
 
-template <int NT, class Sync, int kStages = decode_stages(NT), int kChunks = 1>
+// kBigScales false: the matrix has no scale above 128 (Mxfp4ExpertsView::big_scales), so no
+// K block takes the second multiply and its test is left out (the same MMAs on the same values).
+template <int NT, class Sync, int kStages = decode_stages(NT), int kChunks = 1, bool kBigScales = true>
 __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                          int ks, VBlock blk, const Sync& sync, int pass_rows = 8 * NT,
                                          const SwigluOut& sw = {}) {
@@ -301,7 +303,8 @@ __device__ inline void mxfp4_decode_body(const Mxfp4ExpertsView& W, const bf16* 
           const uint4 lo = *reinterpret_cast<const uint4*>(src + lane * 16);
           const uint4 hi = *reinterpret_cast<const uint4*>(src + 512 + lane * 16);
           const E8m0Factors flo = e8m0_factors(src[1024 + g * 4 + c]), fhi = e8m0_factors(src[1024 + (g + 8) * 4 + c]);
-          const bool any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
+          bool any_big = false;
+          if constexpr (kBigScales) any_big = __any_sync(0xffffffffu, flo.big || fhi.big);
           const uint8_t* xr = stage + size_t(kb - c0) * 256 + c * 16;
           mxfp4_kb_mma<NT>(lo, hi, flo, fhi, any_big, R, acc, [&](int t, int u) {
             return *reinterpret_cast<const uint4*>(xr + xoff[t] + u * 64);
