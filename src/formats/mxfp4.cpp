@@ -45,7 +45,7 @@ void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int ex
 
 bool mxfp4_any_big_scale(const uint8_t* scales, size_t n) {
   for (size_t i = 0; i < n; ++i)
-    if (scales[i] > 128) return true;
+    if (scales[i] > kMxfp4OneMultiplyMaxScale) return true;
   return false;
 }
 

@@ -139,10 +139,12 @@ constexpr size_t mxfp4_tiles_bytes(int N, int K) {
 void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles);
 // The same for `experts` matrices one after another (OpenMP over experts).
 void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int experts, int N, int K, uint8_t* tiles);
-// Whether any of n E8M0 scales is above 128 (2^1): the GPU's BF16 decode takes such a group's
-// power of two in two multiplies, and a matrix without one lets its kernels drop that case
-// (Mxfp4ExpertsView::big_scales). Trained gpt-oss experts have none (their groups' scales are
-// far below 2).
+// The largest E8M0 scale (2^1) whose power of two the GPU's BF16 decode takes in one multiply:
+// its factor 2^(S - 1) is then at most 2^127, the largest BF16 power of two; above, it takes two.
+constexpr int kMxfp4OneMultiplyMaxScale = 128;
+// Whether any of n E8M0 scales is above kMxfp4OneMultiplyMaxScale: a matrix without one lets its
+// decode kernels drop the second multiply's case (Mxfp4ExpertsView::big_scales). Trained gpt-oss
+// experts have none (their groups' scales are far below 2).
 bool mxfp4_any_big_scale(const uint8_t* scales, size_t n);
 
 }  // namespace osprey

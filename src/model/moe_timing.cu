@@ -40,11 +40,11 @@ MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& a, int reps) {
   cuda::ExpertRows second = rows;
   second.x_rows = nullptr;
   const double s = mean_seconds(reps, copies, [&](int c) {
-    // fill_mxfp4_tiles's scales are 118-125: no second multiply (big_scales false, as the loader finds for trained experts).
-    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H, false}, x.ptr, rows,
-                                               t1.ptr, nullptr);
-    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I, false}, ab.ptr, second,
-                                               y.ptr, nullptr);
+    // fill_mxfp4_tiles's scales, as the loader finds for trained experts: no second multiply.
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H, kFillScalesBig}, x.ptr,
+                                               rows, t1.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I, kFillScalesBig}, ab.ptr,
+                                               second, y.ptr, nullptr);
   });
   return {s, touched, r.touched};
 }

@@ -23,11 +23,14 @@ __device__ inline uint32_t mix(uint64_t i, uint32_t seed) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return uint32_t(z ^ (z >> 31));
 }
-// MXFP4 tiles (formats/mxfp4.h): random codes, scales 2^-9 .. 2^-2 (no factor past 2^0).
+// MXFP4 tiles (formats/mxfp4.h): random codes, scales kFillScaleMin .. + 7 (2^-9 .. 2^-2, no factor
+// past 2^0; so no scale above kMxfp4OneMultiplyMaxScale: kFillScalesBig).
+constexpr int kFillScaleMin = 118;
+constexpr bool kFillScalesBig = kFillScaleMin + 7 > kMxfp4OneMultiplyMaxScale;
 __global__ void fill_mxfp4_tiles(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const uint32_t h = mix(i, seed);
-    p[i] = i % kMxfp4TileBytes >= 1024 ? uint8_t(118 + (h & 7)) : uint8_t(h);
+    p[i] = i % kMxfp4TileBytes >= 1024 ? uint8_t(kFillScaleMin + (h & 7)) : uint8_t(h);
   }
 }
 // E4M3 codes without NaN.

@@ -32,15 +32,18 @@ __device__ inline uint32_t e2m1_pair_bits(uint32_t word, int j) {
   return ((word << 1) & 0x80008000u) | (__umulhi(word, 1u << 29) & 0x01800180u) | (__umulhi(word, 1u << 25) & 0x00400040u);
 }
 
-// 2^(S - 1) as BF16 factors (a pair each): a = 2^(min(S, 128) - 1); b = 2^(S - 128) for S > 128
-// (a single BF16 holds at most 2^127). The decoded weight is bits * a (* b): exact.
+// 2^(S - 1) as BF16 factors (a pair each): a = 2^(min(S, M) - 1); b = 2^(S - M) for S > M, M =
+// kMxfp4OneMultiplyMaxScale (a single BF16 holds at most 2^127). The decoded weight is bits * a
+// (* b): exact.
 struct E8m0Factors {
   uint32_t a, b;
   bool big;
 };
 __device__ inline E8m0Factors e8m0_factors(uint32_t S) {
-  const uint32_t ea = min(S, 128u) + 126u, eb = S > 128u ? S - 1u : 127u;
-  return {(ea << 7) | (ea << 23), (eb << 7) | (eb << 23), S > 128u};
+  constexpr uint32_t M = kMxfp4OneMultiplyMaxScale;
+  static_assert(M == 128, "a's exponent field M - 1 + 127 is the largest BF16 power of two");
+  const uint32_t ea = min(S, M) + 126u, eb = S > M ? S - 1u : 127u;
+  return {(ea << 7) | (ea << 23), (eb << 7) | (eb << 23), S > M};
 }
 
 // The 16 BF16 pairs (w = 4m + j: word m, nibble pair j) of one 16-byte group, scaled.
