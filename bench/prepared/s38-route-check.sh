@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Session 38's prepared device call (not run: the session's device time was spent): branch
-# s38-route-mma's final build (the fp32 tiled route up to 32 experts, the tensor-core logits above,
-# the rounded three-term split) against main, in one call:
+# Session 38's prepared device call (not run: the session's device time was spent): a build of
+# branch s38-route-mma (the fp32 tiled route up to 32 experts, the logits by mma.sync above; THIS
+# = .devcarry/s38, the default) or of branch s38-route-wgmma (the logits by wgmma; THIS =
+# .devcarry/s38w) against main, in one call:
 # - the whole CUDA suite and compute-sanitizer memcheck on the route tests;
-# - the route probe (bench/probes/prefill_passes.cu route), main's and the branch's, alternating;
-# - the 20b and the 120b 8k prefill, main and the branch alternating.
-# Carry .devcarry/lib, .devcarry/s38 (the branch's osprey.xz, tests.xz, probe.xz and main's
-# probe_main.xz) and .devcarry/m38 (main's osprey.xz), then run:
-#   bash bench/prepared/s38-route-mma-check.sh
+# - the route probe (bench/probes/prefill_passes.cu route), main's, THIS's and, when given, ALT's
+#   (the other branch's directory), alternating;
+# - the 20b and the 120b prefill of 1k and 8k prompts, main and THIS alternating.
+# Carry .devcarry/lib, THIS (osprey.xz, tests.xz, probe.xz, and main's probe_main.xz), ALT if
+# given, and .devcarry/m38 (main's osprey.xz), then run:
+#   [THIS=.devcarry/s38w] [ALT=.devcarry/s38] bash bench/prepared/s38-route-mma-check.sh
 cd "$(dirname "$0")/../.."
 mkdir -p build/tests build/main
-xz -d -c .devcarry/s38/osprey.xz > build/osprey && chmod +x build/osprey
-xz -d -c .devcarry/s38/tests.xz > build/tests/osprey_cuda_tests && chmod +x build/tests/osprey_cuda_tests
-xz -d -c .devcarry/s38/probe.xz > build/probe && chmod +x build/probe
-xz -d -c .devcarry/s38/probe_main.xz > build/main/probe && chmod +x build/main/probe
+THIS=${THIS:-.devcarry/s38}
+xz -d -c $THIS/osprey.xz > build/osprey && chmod +x build/osprey
+xz -d -c $THIS/tests.xz > build/tests/osprey_cuda_tests && chmod +x build/tests/osprey_cuda_tests
+xz -d -c $THIS/probe.xz > build/probe && chmod +x build/probe
+xz -d -c $THIS/probe_main.xz > build/main/probe && chmod +x build/main/probe
+[ -n "${ALT:-}" ] && mkdir -p build/alt && xz -d -c $ALT/probe.xz > build/alt/probe && chmod +x build/alt/probe
 xz -d -c .devcarry/m38/osprey.xz > build/main/osprey && chmod +x build/main/osprey
 source tests/cuda/device_env.sh
 set +e
@@ -26,6 +30,7 @@ grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.txt | head
 for r in 1 2; do
   build/main/probe route | tee -a $OUT/probe_main.txt | cut -c1-40
   build/probe route | tee -a $OUT/probe_this.txt | cut -c1-40
+  [ -n "${ALT:-}" ] && build/alt/probe route | tee -a $OUT/probe_alt.txt | cut -c1-40
 done
 D=$(synth_dir 20b)
 for r in 1 2; do for b in main this; do
