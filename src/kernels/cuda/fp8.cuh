@@ -64,8 +64,10 @@ struct MoeSorted {
 // zero). h_mxfp4 (optional): the normalized rows
 // also as BF16 in the MXFP4 activation layout [T][round128(H)] (what to_bf16_mxfp4_layout makes
 // of h_out), the MXFP4 experts' input.
+// The router [E][H] is BF16, as the checkpoint ships it: each weight is taken exactly to fp32 where
+// it is used, so the logits are those of its fp32 copy (linear_f32_small), from half the bytes.
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
-               const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
+               const bf16* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
                int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st, bf16* h_mxfp4 = nullptr);
 
 // FP8 GEMMs on the tensor cores (mma.sync e4m3) for few rows: each pass streams the weights once

@@ -1,7 +1,8 @@
-// The MoE's routing front (fp8.cuh moe_route): the MLP norm, the fp32 router logits, the top-k
+// The MoE's routing front (fp8.cuh moe_route): the MLP norm, the router logits, the top-k
 // softmax and the sort of the (token, choice) pairs by expert into the row layout every grouped
-// GEMM reads (MoeSorted): one kernel for decode steps and short chunks, and for prompt chunks a
-// tiled kernel and the pairs' scatter; moe_sort for choices made elsewhere.
+// GEMM reads (MoeSorted): one kernel for decode steps and short chunks (fp32 router sums), and for
+// prompt chunks a kernel for the rows, one for the logits on the tensor cores, the choices and
+// the runs, and the pairs' scatter; moe_sort for choices made elsewhere.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_rows.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_route_body.cuh"
 
 namespace osprey::cuda {
@@ -21,97 +23,37 @@ namespace {
 
 // Up to this many tokens (decode steps and verify chunks, whose buckets go to 128 and more), a
 // block per (token, 8 experts) that loads its router rows before its PDL wait; above, prompt
-// chunks take moe_route_tiled_kernel (at 128 tokens its 8 blocks of 16 took a 20b batch-128 step
-// from 20.4 to 21.4 ms).
+// chunks take moe_norm_tiled_kernel and moe_route_mma_kernel (at 128 tokens tiles of tokens took
+// a 20b batch-128 step from 20.4 to 21.4 ms).
 constexpr int kRouteTiledAbove = 512;
 
+template <class W>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x, const bf16* gain, int H, float eps,
                                                                   uint8_t* q, float* s, int ld, float* h_out,
-                                                                  bf16* h_mxfp4, const float* router, const bf16* router_bias, int E,
+                                                                  bf16* h_mxfp4, const W* router, const bf16* router_bias, int E,
                                                                   int k, float* logits, int32_t* counter, int32_t* idx,
                                                                   float* w, MoeSorted sorted) {
   moe_route_body(x, gain, H, eps, q, s, ld, h_out, h_mxfp4, router, router_bias, E, k, logits, counter, idx, w, sorted,
                  VBlock::this_block(), PdlSync{});
 }
 
-// The same front for a prompt chunk: block b takes `tile` (at most kRouteTile) tokens, the same
-// functions of the same values as moe_route_kernel, bit for bit:
-// - their rows are copied to shared memory together;
-// - the block normalizes and quantizes them together (tile_rmsnorm_quantize, the sums of
-//   rmsnorm_quantize_row<256>);
-// - each warp takes kRouteExperts experts at a time and sums every token of the tile against them
-//   (router_tile): a row float4 read from shared memory serves four experts;
-// - a warp per token does the top-k;
-// - the tile's choices are counted by expert, the block reserves its place in each expert's run
-//   (counters[0, E): the runs' lengths so far, zero again when the kernel ends) and writes each
-//   pair's place in its run into pair_row; the last block lays the runs out (seg, active, the
-//   padding rows) and moe_scatter_kernel places the pairs.
-// Two blocks an SM (8 tokens, at most 128 registers and about 100 KB of shared memory each), so
-// that one block's loads and norms run beside the other's router sums: with one block of 16 tokens
-// an SM the phases ran one after another (ncu, a 20b 8k prefill: 240 us a layer, 12.5% occupancy,
-// 57% of the warp samples in the rows' load, norm and quantization).
-constexpr int kRouteTile = 8, kRouteExperts = 4, kRouteMaxExperts = 256;
-
-// One warp's router sums of kRouteExperts experts from e0 (zero past E) against the tile's nt
-// normalized rows (shared memory, row stride Hp; kFull: nt == kRouteTile), each in warp_dot_f32's
-// order: lane l takes the float4 steps c = l + 32 j in order with dot4_step, then warp_sum. One
-// staged row float4 feeds the four experts' sums. The router's float4s of step j sit in one of
-// three register buffers, loaded two steps ahead (the buffers rotate by unrolling, no copies).
-template <bool kFull>
-__device__ inline void router_tile(const float* rows, int Hp, int nt, const float* router, int H, int E, int e0,
-                                   float (&acc)[kRouteTile][kRouteExperts]) {
-  const int lane = threadIdx.x & 31, H4 = H / 4, Hp4 = Hp / 4, steps = (H4 + 31) / 32;
-  const float4* w4 = reinterpret_cast<const float4*>(router);
-  const float4* r4 = reinterpret_cast<const float4*>(rows);
-#pragma unroll
-  for (int t = 0; t < kRouteTile; ++t)
-#pragma unroll
-    for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = 0.0f;
-  auto load = [&](int j, float4 (&w)[kRouteExperts]) {
-    const int c = lane + 32 * j;
-#pragma unroll
-    for (int e = 0; e < kRouteExperts; ++e)
-      w[e] = j < steps && c < H4 && e0 + e < E ? __ldg(w4 + size_t(e0 + e) * H4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  };
-  auto step = [&](int j, const float4 (&w)[kRouteExperts]) {
-    const int c = lane + 32 * j;
-    if (j >= steps || c >= H4) return;  // the last step: the lanes past H4
-#pragma unroll
-    for (int t = 0; t < kRouteTile; ++t) {
-      if (!kFull && t >= nt) break;  // uniform
-      const float4 b = r4[t * Hp4 + c];
-#pragma unroll
-      for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = dot4_step(acc[t][e], w[e], b);
-    }
-  };
-  float4 w0[kRouteExperts], w1[kRouteExperts], w2[kRouteExperts];
-  load(0, w0);
-  load(1, w1);
-  for (int j = 0; j < steps; j += 3) {
-    load(j + 2, w2);
-    step(j, w0);
-    load(j + 3, w0);
-    step(j + 1, w1);
-    load(j + 4, w1);
-    step(j + 2, w2);
-  }
-#pragma unroll
-  for (int t = 0; t < kRouteTile; ++t)
-#pragma unroll
-    for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = warp_sum(acc[t][e]);
-}
-__global__ void __launch_bounds__(kRouteThreads, 2)
-    moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
-                           float* h_out, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
-                           int tile, float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted) {
+// Prompt chunks take two kernels and the pairs' scatter.
+//
+// moe_norm_tiled_kernel: block b takes `tile` (at most kNormTile) tokens and makes the same rows
+// as moe_route_kernel, bit for bit: their x rows are copied to shared memory together, and the
+// block normalizes and quantizes them together (tile_rmsnorm_quantize, the sums of
+// rmsnorm_quantize_row<256>). Tiles of 2 tokens (23 KB of shared memory at H = 2880): several
+// blocks an SM, so that some blocks' loads run beside other blocks' norms.
+constexpr int kNormTile = 2, kRouteMaxExperts = 256;
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_norm_tiled_kernel(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
+                          float* h_out, bf16* h_mxfp4, int tile) {
   constexpr int NW = kRouteThreads / 32;
-  extern __shared__ float sm[];  // [tile][Hp] rows, then [tile][E] logits
-  __shared__ float part[kRouteTile][NW];
-  __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
+  extern __shared__ float sm[];  // [tile][Hp] rows
+  __shared__ float part[kNormTile][NW];
   const int Hp = (H + 3) & ~3, t0 = blockIdx.x * tile, nt = min(tile, T - t0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* rows = sm;
-  float* lg = sm + size_t(tile) * Hp;
   pdl_wait();
   pdl_launch_dependents();
   if (H % 4 == 0) {  // 16-byte copies, all in flight at once
@@ -127,57 +69,195 @@ __global__ void __launch_bounds__(kRouteThreads, 2)
     for (int i = threadIdx.x; i < nt * H; i += blockDim.x)
       rows[size_t(i / H) * Hp + i % H] = x[size_t(t0) * H + i];
   }
-  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
-  // The norms with rmsnorm_quantize_row<kRouteThreads>'s sums, and the quantization.
-  tile_rmsnorm_quantize<kRouteThreads, kRouteThreads, kRouteTile>(rows, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
+  tile_rmsnorm_quantize<kRouteThreads, kRouteThreads, kNormTile>(rows, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
   if (h_mxfp4)
     for (int i = warp; i < nt; i += NW)
       store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t0 + i) * mxfp4_act_cols(H), lane, 32);
-  // The router: kRouteExperts experts a warp at a time against every token of the tile.
-  for (int e0 = warp * kRouteExperts; e0 < E; e0 += NW * kRouteExperts) {
-    float acc[kRouteTile][kRouteExperts];
-    if (H % 4 == 0) {
-      if (nt == kRouteTile) router_tile<true>(rows, Hp, nt, router, H, E, e0, acc);
-      else router_tile<false>(rows, Hp, nt, router, H, E, e0, acc);
-    } else {
+}
+
+// moe_route_mma_kernel<NT>: the router logits of kMmaTokens tokens a block on the tensor cores,
+// then their top-k softmax and their places in the experts' runs.
+//
+// The logits. The router input is g * x (g the norm's BF16 gain), and a token's logit is
+//   r * sum_k W[e][k] (g[k] x[k]) + bias[e],   r = rsqrt(sum_k x[k]^2 / H + eps),
+// the norm's factor applied once to the sum (mathematically the router of the normalized row).
+// Each g x is split into three BF16 terms, hi + mid + lo, which carry it to about 2^-26 of its
+// size: the router weights are BF16 as shipped, so every product is exact and the MMAs' fp32
+// sums see fp32 inputs. A token's sum runs over k16 steps in order, each adding the hi, mid and
+// lo products in that order; r's sum of squares runs per thread over its columns of each chunk,
+// then over the 8 threads of a row. Neither order depends on the tile, the row within it or T:
+// a token's logits are the same bits in any prompt chunk. They are not the per-token kernel's
+// (fp32 FMAs in another order): the two agree to fp32 rounding (the tests hold them within 1e-5).
+//
+// The K loop stages kMmaCols columns of x (fp32) and of the router (BF16) by cp.async,
+// kMmaStages deep. Each chunk, the block first makes the three terms of its x chunk once (a
+// thread takes 4 values of a row) into shared memory, then its 8 warps multiply: warp w takes
+// tokens 16 (w % 2) .. + 15 against experts 8 NT (w / 2) .. + 8 NT - 1 (the block covers 32 NT
+// experts; the rows past E are zeros), A and B fragments by ldmatrix, the MMAs of one term over
+// the warp's n-tiles back to back (independent accumulators).
+constexpr int kMmaTokens = 32, kMmaCols = 32, kMmaStages = 4, kMmaThreads = 256;
+constexpr int kMmaStride = kMmaCols + 8;  // x floats, and BF16 rows of 80 bytes: ldmatrix without bank conflicts
+static_assert(kMmaTokens * kMmaCols == 4 * kMmaThreads, "a thread makes the terms of 4 values a chunk");
+__host__ __device__ constexpr size_t route_mma_smem(int experts_staged, int H) {
+  return size_t(kMmaStages) * (kMmaTokens * kMmaStride * sizeof(float) + experts_staged * kMmaStride * sizeof(bf16)) +
+         3 * kMmaTokens * kMmaStride * sizeof(bf16) + size_t((H + 3) & ~3) * sizeof(float);
+}
+
+// v = hi + mid + lo (for v in BF16's exponent range, to about 2^-26 of v), each pair of values
+// as a BF16 pair.
+__device__ inline void split3_bf16(float a, float b, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  hi = pack_bf16(a, b);
+  a -= __uint_as_float(hi << 16), b -= __uint_as_float(hi & 0xFFFF0000u);
+  mid = pack_bf16(a, b);
+  a -= __uint_as_float(mid << 16), b -= __uint_as_float(mid & 0xFFFF0000u);
+  lo = pack_bf16(a, b);
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kMmaThreads, 1)
+    moe_route_mma_kernel(const float* x, const bf16* gain, int T, int H, float eps, const bf16* router,
+                         const bf16* router_bias, int E, int k, float* logits, int32_t* counter, int32_t* idx, float* w,
+                         MoeSorted sorted) {
+  constexpr int Ep = 32 * NT;  // experts staged
+  extern __shared__ __align__(16) float smem[];
+  float* sx = smem;                                                                // [stages][32][kMmaStride] fp32
+  bf16* sw = reinterpret_cast<bf16*>(smem + kMmaStages * kMmaTokens * kMmaStride);  // [stages][Ep][kMmaStride]
+  bf16* sa = sw + kMmaStages * Ep * kMmaStride;                                     // [3 terms][32][kMmaStride]
+  float* sg = reinterpret_cast<float*>(sa + 3 * kMmaTokens * kMmaStride);            // [H] the gain in fp32
+  float* lg = smem;  // after the K loop: [32][E] logits
+  __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
+  const int t0 = blockIdx.x * kMmaTokens, nt = min(kMmaTokens, T - t0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
+  const int tg = warp & 1, eq = warp >> 1;
+  const int chunks = (H + kMmaCols - 1) / kMmaCols;
+  // This thread's piece of each x chunk: row xr, columns 4 xp .. + 3 (one 16-byte copy, and the 4
+  // values whose terms it makes).
+  const int xr = threadIdx.x / (kMmaCols / 4), xp = threadIdx.x % (kMmaCols / 4);
+  auto load_chunk = [&](int ch) {
+    const int st = ch % kMmaStages, k0 = ch * kMmaCols;
+    const int col = k0 + 4 * xp;
+    const bool ok = xr < nt && col < H;  // H % 8 == 0: a piece is all in the row or all past it
+    cp_async16(sx + (st * kMmaTokens + xr) * kMmaStride + 4 * xp, x + (ok ? size_t(t0 + xr) * H + col : 0), ok);
 #pragma unroll
-      for (int t = 0; t < kRouteTile; ++t)
-#pragma unroll
-        for (int e = 0; e < kRouteExperts; ++e)
-          acc[t][e] = t < nt && e0 + e < E ? warp_dot_f32(router + size_t(e0 + e) * H, rows + size_t(t) * Hp, H) : 0.0f;
+    for (int i = threadIdx.x; i < Ep * (kMmaCols / 8); i += kMmaThreads) {
+      const int e = i / (kMmaCols / 8), wc = k0 + 8 * (i % (kMmaCols / 8));
+      const bool wok = e < E && wc < H;
+      cp_async16(sw + (st * Ep + e) * kMmaStride + (wc - k0), router + (wok ? size_t(e) * H + wc : 0), wok);
     }
-    // (Unrolled, so that acc stays in registers.)
+  };
+  for (int e = threadIdx.x; e < E; e += kMmaThreads) cnt[e] = 0;
+  for (int i = threadIdx.x; i < H; i += kMmaThreads) sg[i] = __bfloat162float(gain[i]);  // a weight: before the wait
+  pdl_wait();
+  pdl_launch_dependents();
 #pragma unroll
-    for (int t = 0; t < kRouteTile; ++t)
+  for (int ch = 0; ch < kMmaStages - 1; ++ch) {
+    if (ch < chunks) load_chunk(ch);
+    cp_async_commit();
+  }
+  float acc[NT][4] = {};
+  float ss = 0.0f;  // row xr: x^2 of this thread's columns
+  // ldmatrix row addresses: A (term u) matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15),
+  // (8-15, 8-15) of the warp's 16 tokens; B matrices (n-tile 2j, k 0-7), (2j, 8-15), (2j + 1,
+  // 0-7), (2j + 1, 8-15) of its experts.
+  const int a_row = tg * 16 + (lane & 15), a_col = (lane >> 4) * 8;
+  const int b_row = eq * 8 * NT + ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) * 8;
+  const unsigned sa_lane = unsigned(__cvta_generic_to_shared(sa + a_row * kMmaStride + a_col));
+  const unsigned sw_lane = unsigned(__cvta_generic_to_shared(sw + b_row * kMmaStride + b_col));
+  constexpr unsigned kTermBytes = kMmaTokens * kMmaStride * sizeof(bf16), kStageBytes = Ep * kMmaStride * sizeof(bf16);
+  for (int ch = 0; ch < chunks; ++ch) {
+    cp_async_wait<kMmaStages - 2>();
+    __syncthreads();  // chunk ch is in; every warp is past chunk ch - 1 (its stage and the terms are free)
+    if (ch + kMmaStages - 1 < chunks) load_chunk(ch + kMmaStages - 1);
+    cp_async_commit();
+    const int st = ch % kMmaStages, k0 = ch * kMmaCols;
+    {  // the terms of this thread's 4 values
+      const float4 v = *reinterpret_cast<const float4*>(sx + (st * kMmaTokens + xr) * kMmaStride + 4 * xp);
+      const int col = k0 + 4 * xp;
+      const float4 gv = col < H ? *reinterpret_cast<const float4*>(sg + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+      ss = __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmaf_rn(v.x, v.x, ss))));
+      uint32_t t[3][2];
+      split3_bf16(__fmul_rn(gv.x, v.x), __fmul_rn(gv.y, v.y), t[0][0], t[1][0], t[2][0]);
+      split3_bf16(__fmul_rn(gv.z, v.z), __fmul_rn(gv.w, v.w), t[0][1], t[1][1], t[2][1]);
 #pragma unroll
-      for (int e = 0; e < kRouteExperts; ++e)
-        if (lane == 0 && t < nt && e0 + e < E) {
-          const float v = acc[t][e] + __bfloat162float(router_bias[e0 + e]);
-          lg[t * E + e0 + e] = v, logits[size_t(t0 + t) * E + e0 + e] = v;
+      for (int u = 0; u < 3; ++u)
+        *reinterpret_cast<uint2*>(sa + (u * kMmaTokens + xr) * kMmaStride + 4 * xp) = make_uint2(t[u][0], t[u][1]);
+    }
+    __syncthreads();  // the terms are in
+    const unsigned sw_st = sw_lane + unsigned(st) * kStageBytes;
+#pragma unroll
+    for (int ks = 0; ks < kMmaCols / 16; ++ks) {
+      const unsigned koff = unsigned(ks * 16 * sizeof(bf16));
+      uint32_t a[3][4], b[NT][2];
+#pragma unroll
+      for (int u = 0; u < 3; ++u) ldmatrix_x4(a[u], sa_lane + u * kTermBytes + koff);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        const unsigned addr = sw_st + unsigned(j * 8 * kMmaStride * sizeof(bf16)) + koff;
+        if constexpr (NT == 1) {
+          asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(b[0][0]), "=r"(b[0][1]) : "r"(addr));
+        } else {
+          uint32_t r[4];
+          ldmatrix_x4(r, addr);
+          b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
         }
+      }
+#pragma unroll
+      for (int u = 0; u < 3; ++u)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma_bf16_16816(acc[j], a[u][0], a[u][1], a[u][2], a[u][3], b[j][0], b[j][1]);
+    }
+  }
+  cp_async_wait<0>();
+  // r of each row: the sums of its 8 threads (adjacent lanes), then into shared memory for the
+  // warps that hold the row's accumulators.
+  ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 4);
+  __shared__ float row_r[kMmaTokens];
+  if (xp == 0) row_r[xr] = rsqrtf(ss / float(H) + eps);
+  __syncthreads();  // the stages are free: lg takes their place; row_r is in
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int t = tg * 16 + (lane >> 2) + 8 * i;
+    const float r = row_r[t];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int e = eq * 8 * NT + 8 * j + 2 * c + u;
+        if (t < nt && e < E) {
+          const float v = __fadd_rn(__fmul_rn(acc[j][2 * i + u], r), __bfloat162float(router_bias[e]));
+          lg[t * E + e] = v, logits[size_t(t0 + t) * E + e] = v;
+        }
+      }
   }
   __syncthreads();
-  for (int i = warp; i < nt; i += NW)
+  for (int i = warp; i < nt; i += kMmaThreads / 32)
     warp_topk_softmax(lg + i * E, E, k, idx + size_t(t0 + i) * k, w + size_t(t0 + i) * k);
   __syncthreads();  // idx, written by lane 0 of each warp, visible to the block
   // The tile's pairs: their rank among the tile's pairs of their expert, then the block's place in
   // each expert's run; pair_row holds the pair's place in its expert's run until moe_scatter_kernel.
-  const int np = nt * k;  // at most kRouteTile * 16 = kRouteThreads
-  int ep = -1, rank = 0;
-  if (int(threadIdx.x) < np) {
-    ep = idx[size_t(t0) * k + threadIdx.x];
-    rank = atomicAdd(&cnt[ep], 1);
+  constexpr int kPairsPerThread = kMmaTokens * 16 / kMmaThreads;  // k <= 16
+  const int np = nt * k;
+  int ep[kPairsPerThread], rank[kPairsPerThread];
+#pragma unroll
+  for (int u = 0; u < kPairsPerThread; ++u) {
+    const int p = threadIdx.x + u * kMmaThreads;
+    ep[u] = p < np ? idx[size_t(t0) * k + p] : -1;
+    rank[u] = ep[u] >= 0 ? atomicAdd(&cnt[ep[u]], 1) : 0;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x)
+  for (int e = threadIdx.x; e < E; e += kMmaThreads)
     if (cnt[e]) base[e] = atomicAdd(counter + e, cnt[e]);
   __syncthreads();
-  if (ep >= 0) sorted.pair_row[size_t(t0) * k + threadIdx.x] = base[ep] + rank;
+#pragma unroll
+  for (int u = 0; u < kPairsPerThread; ++u)
+    if (ep[u] >= 0) sorted.pair_row[size_t(t0) * k + threadIdx.x + u * kMmaThreads] = base[ep[u]] + rank[u];
   if (!last_block_to_arrive(counter + T, int(gridDim.x))) return;
   // The last block: each expert's run padded to a multiple of 4, the active experts, the padding
   // rows (-1); the run lengths back to zero for the next use.
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int e = threadIdx.x; e < E; e += kMmaThreads) {
     cnt[e] = __ldcg(counter + e);
     counter[e] = 0;
   }
@@ -194,11 +274,11 @@ __global__ void __launch_bounds__(kRouteThreads, 2)
     for (; na < min(E, T * k); ++na) sorted.active[na] = -1;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x)
+  for (int e = threadIdx.x; e < E; e += kMmaThreads)
     for (int r = base[e] + cnt[e]; r < round4(cnt[e]) + base[e]; ++r) sorted.row_token[r] = -1;
 }
 
-// The pairs of a prompt chunk in their experts' runs (after moe_route_tiled_kernel): pair p's row is
+// The pairs of a prompt chunk in their experts' runs (after moe_route_mma_kernel): pair p's row is
 // its run's start plus its place in the run (what pair_row holds until now).
 __global__ void moe_scatter_kernel(const int32_t* idx, int P, int k, const int32_t* seg, int32_t* row_token,
                                    int32_t* pair_row) {
@@ -223,36 +303,50 @@ __global__ void moe_sort_kernel(const int32_t* idx, int P, int k, int E, int32_t
 }  // namespace
 
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
-               const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
+               const bf16* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
                int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st, bf16* h_mxfp4) {
   if (T == 0) return;
   if (k > 16 || k > E) fail_plain("moe_route: at most 16 experts per token, and no more than there are");
   check_row(H, "moe_route");
   const size_t Hp = size_t((H + 3) & ~3);
-  if (T > kRouteTiledAbove) {
+  if (T > kRouteTiledAbove && H % 8 == 0) {
     if (E > kRouteMaxExperts) fail_plain("moe_route: prompt chunks route over at most 256 experts (got " + std::to_string(E) + ")");
-    // Prompt chunks: tiles of up to kRouteTile tokens (as many as about 100 KB of shared memory
-    // holds: two blocks an SM), and no larger than gives every SM two blocks of the grid.
-    constexpr size_t kSmem = 100 * 1024;
-    const int fits = int(std::clamp<size_t>(kSmem / sizeof(float) / (Hp + E), 1, kRouteTile));
-    const int tile = std::clamp(T / (2 * sm_count()), 1, fits);
-    const size_t smem = (Hp + E) * tile * sizeof(float);
-    static const bool attr = [&] {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    // The rows: tiles of kNormTile tokens, several blocks an SM so that some blocks' loads run
+    // beside other blocks' norms.
+    constexpr size_t kSmem = kNormTile * kRowMax * sizeof(float);
+    const int tile = kNormTile;
+    static const bool norm_attr = [] {
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_norm_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(kSmem + 16 * 1024)));
       return true;
     }();
-    (void)attr;
-    launch_pdl("route", moe_route_tiled_kernel, unsigned((T + tile - 1) / tile), kRouteThreads, smem, st, x, gain, T,
-               H, eps, q, s, ld, h_out, h_mxfp4, router, router_bias, E, k, tile, logits, counters, idx, w, sorted);
+    (void)norm_attr;
+    launch_pdl("route", moe_norm_tiled_kernel, unsigned((T + tile - 1) / tile), kRouteThreads, Hp * tile * sizeof(float),
+               st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, tile);
+    // The logits, the choices and the runs: n-tiles of 8 experts a warp, two warps a token group.
+    auto launch_mma = [&]<int NT>() {
+      const size_t smem = route_mma_smem(32 * NT, H);
+      static const bool attr = [] {
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(route_mma_smem(32 * NT, kRowMax))));
+        return true;
+      }();
+      (void)attr;
+      launch_pdl("route", moe_route_mma_kernel<NT>, unsigned((T + kMmaTokens - 1) / kMmaTokens), kMmaThreads, smem, st, x,
+                 gain, T, H, eps, router, router_bias, E, k, logits, counters, idx, w, sorted);
+    };
+    if (E <= 32) launch_mma.template operator()<1>();
+    else if (E <= 64) launch_mma.template operator()<2>();
+    else if (E <= 128) launch_mma.template operator()<4>();
+    else launch_mma.template operator()<8>();
     launch_pdl("sort", moe_scatter_kernel, unsigned((T * k + 255) / 256), 256, 0, st, idx, T * k, k, sorted.seg,
                sorted.row_token, sorted.pair_row);
     return;
   }
   const size_t smem = std::max(Hp + E, size_t(3 * E + 1)) * sizeof(float);
   const dim3 grid(unsigned(T), unsigned((E + kExpertsPerRouteBlock - 1) / kExpertsPerRouteBlock));
-  launch_pdl("route", moe_route_kernel, grid, kRouteThreads, smem, st, x, gain, H, eps, q, s, ld, h_out, h_mxfp4, router,
-             router_bias, E, k, logits, counters, idx, w, sorted);
+  launch_pdl("route", moe_route_kernel<bf16>, grid, kRouteThreads, smem, st, x, gain, H, eps, q, s, ld, h_out, h_mxfp4,
+             router, router_bias, E, k, logits, counters, idx, w, sorted);
 }
 
 void moe_sort(const int32_t* idx, int T, int k, int E, int32_t* seg, int32_t* row_token, int32_t* pair_row,
