@@ -90,18 +90,18 @@ __global__ void __launch_bounds__(kRouteThreads)
 // a token's logits are the same bits in any prompt chunk. They are not the per-token kernel's
 // (fp32 FMAs in another order): the two agree to fp32 rounding (the tests hold them within 1e-5).
 //
-// The K loop stages kMmaCols columns of x (fp32) and of the router (BF16) by cp.async,
-// kMmaStages deep. Each chunk, the block first makes the three terms of its x chunk once (a
-// thread takes 4 values of a row) into shared memory, then its 8 warps multiply: warp w takes
-// tokens 16 (w % 2) .. + 15 against experts 8 NT (w / 2) .. + 8 NT - 1 (the block covers 32 NT
-// experts; the rows past E are zeros), A and B fragments by ldmatrix, the MMAs of one term over
-// the warp's n-tiles back to back (independent accumulators).
-constexpr int kMmaTokens = 32, kMmaCols = 32, kMmaStages = 4, kMmaThreads = 256;
-constexpr int kMmaStride = kMmaCols + 8;  // x floats, and BF16 rows of 80 bytes: ldmatrix without bank conflicts
-static_assert(kMmaTokens * kMmaCols == 4 * kMmaThreads, "a thread makes the terms of 4 values a chunk");
-__host__ __device__ constexpr size_t route_mma_smem(int experts_staged, int H) {
-  return size_t(kMmaStages) * (kMmaTokens * kMmaStride * sizeof(float) + experts_staged * kMmaStride * sizeof(bf16)) +
-         3 * kMmaTokens * kMmaStride * sizeof(bf16) + size_t((H + 3) & ~3) * sizeof(float);
+// The K loop stages kMmaCols columns of x (fp32) and of the router (BF16) by cp.async, kMmaStages
+// deep. While the warps multiply chunk c, the block makes the three terms of chunk c + 1's x (a
+// thread takes 8 values of a row) into the other of two term buffers: one barrier a chunk. Warp
+// w takes tokens 16 (w % 2) .. + 15 against experts 8 NT (w / 2) .. + 8 NT - 1 (the block covers
+// 32 NT experts; the rows past E are zeros), A and B fragments by ldmatrix, the MMAs of one term
+// over the warp's n-tiles back to back (independent accumulators).
+constexpr int kMmaTokens = 32, kMmaCols = 64, kMmaStages = 3, kMmaThreads = 256;
+constexpr int kMmaStride = kMmaCols + 8;  // BF16 rows of 144 bytes: ldmatrix without bank conflicts
+static_assert(kMmaTokens * kMmaCols == 8 * kMmaThreads, "a thread makes the terms of 8 values a chunk");
+__host__ __device__ constexpr size_t route_mma_smem(int experts_staged) {
+  return size_t(kMmaStages) * (kMmaTokens * kMmaCols * sizeof(float) + experts_staged * kMmaStride * sizeof(bf16)) +
+         2 * 3 * kMmaTokens * kMmaStride * sizeof(bf16);
 }
 
 // v = hi + mid + lo (for v in BF16's exponent range, to about 2^-26 of v), each pair of values
@@ -119,35 +119,64 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     moe_route_mma_kernel(const float* x, const bf16* gain, int T, int H, float eps, const bf16* router,
                          const bf16* router_bias, int E, int k, float* logits, int32_t* counter, int32_t* idx, float* w,
                          MoeSorted sorted) {
-  constexpr int Ep = 32 * NT;  // experts staged
+  constexpr int Ep = 32 * NT;                      // experts staged
+  constexpr int kXPieces = kMmaTokens * kMmaCols / 4 / kMmaThreads;  // 16-byte copies of x a thread, a chunk
+  constexpr int kWPieces = (Ep * kMmaCols / 8 + kMmaThreads - 1) / kMmaThreads;
+  constexpr unsigned kTermBytes = kMmaTokens * kMmaStride * sizeof(bf16), kWStageBytes = Ep * kMmaStride * sizeof(bf16);
   extern __shared__ __align__(16) float smem[];
-  float* sx = smem;                                                                // [stages][32][kMmaStride] fp32
-  bf16* sw = reinterpret_cast<bf16*>(smem + kMmaStages * kMmaTokens * kMmaStride);  // [stages][Ep][kMmaStride]
-  bf16* sa = sw + kMmaStages * Ep * kMmaStride;                                     // [3 terms][32][kMmaStride]
-  float* sg = reinterpret_cast<float*>(sa + 3 * kMmaTokens * kMmaStride);            // [H] the gain in fp32
+  float* sx = smem;                                                              // [stages][32][64] fp32
+  bf16* sw = reinterpret_cast<bf16*>(smem + kMmaStages * kMmaTokens * kMmaCols);  // [stages][Ep][kMmaStride]
+  bf16* sa = sw + kMmaStages * Ep * kMmaStride;                                   // [2][3 terms][32][kMmaStride]
   float* lg = smem;  // after the K loop: [32][E] logits
   __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
+  __shared__ float row_r[kMmaTokens];
   const int t0 = blockIdx.x * kMmaTokens, nt = min(kMmaTokens, T - t0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
   const int tg = warp & 1, eq = warp >> 1;
   const int chunks = (H + kMmaCols - 1) / kMmaCols;
-  // This thread's piece of each x chunk: row xr, columns 4 xp .. + 3 (one 16-byte copy, and the 4
-  // values whose terms it makes).
-  const int xr = threadIdx.x / (kMmaCols / 4), xp = threadIdx.x % (kMmaCols / 4);
+  // This thread's copies: x pieces p = tid + 256 i (row p / 16, columns 4 (p % 16) ..), router
+  // pieces p (expert p / 8, columns 8 (p % 8) ..); and the 8 values whose terms it makes: row xr,
+  // columns 8 xc .. + 7.
+  const int xr = threadIdx.x / (kMmaCols / 8), xc = threadIdx.x % (kMmaCols / 8);
   auto load_chunk = [&](int ch) {
     const int st = ch % kMmaStages, k0 = ch * kMmaCols;
-    const int col = k0 + 4 * xp;
-    const bool ok = xr < nt && col < H;  // H % 8 == 0: a piece is all in the row or all past it
-    cp_async16(sx + (st * kMmaTokens + xr) * kMmaStride + 4 * xp, x + (ok ? size_t(t0 + xr) * H + col : 0), ok);
 #pragma unroll
-    for (int i = threadIdx.x; i < Ep * (kMmaCols / 8); i += kMmaThreads) {
-      const int e = i / (kMmaCols / 8), wc = k0 + 8 * (i % (kMmaCols / 8));
-      const bool wok = e < E && wc < H;
-      cp_async16(sw + (st * Ep + e) * kMmaStride + (wc - k0), router + (wok ? size_t(e) * H + wc : 0), wok);
+    for (int i = 0; i < kXPieces; ++i) {
+      const int p = threadIdx.x + i * kMmaThreads, r = p / (kMmaCols / 4), col = k0 + 4 * (p % (kMmaCols / 4));
+      const bool ok = r < nt && col < H;  // H % 8 == 0: a piece is all in the row or all past it
+      cp_async16(sx + (st * kMmaTokens + r) * kMmaCols + (col - k0), x + (ok ? size_t(t0 + r) * H + col : 0), ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kWPieces; ++i) {
+      const int p = threadIdx.x + i * kMmaThreads, e = p / (kMmaCols / 8), col = k0 + 8 * (p % (kMmaCols / 8));
+      if (e >= Ep) break;
+      const bool ok = e < E && col < H;
+      cp_async16(sw + (st * Ep + e) * kMmaStride + (col - k0), router + (ok ? size_t(e) * H + col : 0), ok);
     }
   };
+  float ss = 0.0f;  // row xr: x^2 of this thread's columns
+  // The terms of chunk ch's 8 values of this thread into term buffer ch % 2.
+  auto make_terms = [&](int ch) {
+    const int st = ch % kMmaStages, col = ch * kMmaCols + 8 * xc;
+    const float* xp = sx + (st * kMmaTokens + xr) * kMmaCols + 8 * xc;
+    const float4 v0 = *reinterpret_cast<const float4*>(xp), v1 = *reinterpret_cast<const float4*>(xp + 4);
+    uint4 graw = make_uint4(0, 0, 0, 0);
+    if (col < H) graw = __ldg(reinterpret_cast<const uint4*>(gain + col));
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    const uint32_t gw[4] = {graw.x, graw.y, graw.z, graw.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss = __fmaf_rn(v[i], v[i], ss);
+    uint32_t t[3][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      split3_bf16(__fmul_rn(__uint_as_float(gw[i] << 16), v[2 * i]), __fmul_rn(__uint_as_float(gw[i] & 0xFFFF0000u), v[2 * i + 1]),
+                  t[0][i], t[1][i], t[2][i]);
+    bf16* dst = sa + ((ch & 1) * 3 * kMmaTokens + xr) * kMmaStride + 8 * xc;
+#pragma unroll
+    for (int u = 0; u < 3; ++u)
+      *reinterpret_cast<uint4*>(dst + u * kMmaTokens * kMmaStride) = make_uint4(t[u][0], t[u][1], t[u][2], t[u][3]);
+  };
   for (int e = threadIdx.x; e < E; e += kMmaThreads) cnt[e] = 0;
-  for (int i = threadIdx.x; i < H; i += kMmaThreads) sg[i] = __bfloat162float(gain[i]);  // a weight: before the wait
   pdl_wait();
   pdl_launch_dependents();
 #pragma unroll
@@ -155,8 +184,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     if (ch < chunks) load_chunk(ch);
     cp_async_commit();
   }
+  cp_async_wait<kMmaStages - 2>();
+  __syncthreads();  // chunk 0 is in
+  make_terms(0);
   float acc[NT][4] = {};
-  float ss = 0.0f;  // row xr: x^2 of this thread's columns
   // ldmatrix row addresses: A (term u) matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15),
   // (8-15, 8-15) of the warp's 16 tokens; B matrices (n-tile 2j, k 0-7), (2j, 8-15), (2j + 1,
   // 0-7), (2j + 1, 8-15) of its experts.
@@ -164,33 +195,22 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int b_row = eq * 8 * NT + ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) * 8;
   const unsigned sa_lane = unsigned(__cvta_generic_to_shared(sa + a_row * kMmaStride + a_col));
   const unsigned sw_lane = unsigned(__cvta_generic_to_shared(sw + b_row * kMmaStride + b_col));
-  constexpr unsigned kTermBytes = kMmaTokens * kMmaStride * sizeof(bf16), kStageBytes = Ep * kMmaStride * sizeof(bf16);
   for (int ch = 0; ch < chunks; ++ch) {
-    cp_async_wait<kMmaStages - 2>();
-    __syncthreads();  // chunk ch is in; every warp is past chunk ch - 1 (its stage and the terms are free)
+    cp_async_wait<0>();
+    // Chunk ch + 1 is in; the terms of chunk ch are made; every warp is past chunk ch - 1 (its
+    // stage and its term buffer are free).
+    __syncthreads();
     if (ch + kMmaStages - 1 < chunks) load_chunk(ch + kMmaStages - 1);
     cp_async_commit();
-    const int st = ch % kMmaStages, k0 = ch * kMmaCols;
-    {  // the terms of this thread's 4 values
-      const float4 v = *reinterpret_cast<const float4*>(sx + (st * kMmaTokens + xr) * kMmaStride + 4 * xp);
-      const int col = k0 + 4 * xp;
-      const float4 gv = col < H ? *reinterpret_cast<const float4*>(sg + col) : make_float4(0.f, 0.f, 0.f, 0.f);
-      ss = __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmaf_rn(v.x, v.x, ss))));
-      uint32_t t[3][2];
-      split3_bf16(__fmul_rn(gv.x, v.x), __fmul_rn(gv.y, v.y), t[0][0], t[1][0], t[2][0]);
-      split3_bf16(__fmul_rn(gv.z, v.z), __fmul_rn(gv.w, v.w), t[0][1], t[1][1], t[2][1]);
-#pragma unroll
-      for (int u = 0; u < 3; ++u)
-        *reinterpret_cast<uint2*>(sa + (u * kMmaTokens + xr) * kMmaStride + 4 * xp) = make_uint2(t[u][0], t[u][1]);
-    }
-    __syncthreads();  // the terms are in
-    const unsigned sw_st = sw_lane + unsigned(st) * kStageBytes;
+    if (ch + 1 < chunks) make_terms(ch + 1);
+    const unsigned sa_ch = sa_lane + unsigned(ch & 1) * 3 * kTermBytes;
+    const unsigned sw_st = sw_lane + unsigned(ch % kMmaStages) * kWStageBytes;
 #pragma unroll
     for (int ks = 0; ks < kMmaCols / 16; ++ks) {
       const unsigned koff = unsigned(ks * 16 * sizeof(bf16));
       uint32_t a[3][4], b[NT][2];
 #pragma unroll
-      for (int u = 0; u < 3; ++u) ldmatrix_x4(a[u], sa_lane + u * kTermBytes + koff);
+      for (int u = 0; u < 3; ++u) ldmatrix_x4(a[u], sa_ch + u * kTermBytes + koff);
 #pragma unroll
       for (int j = 0; j < NT; j += 2) {
         const unsigned addr = sw_st + unsigned(j * 8 * kMmaStride * sizeof(bf16)) + koff;
@@ -214,8 +234,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   ss += __shfl_xor_sync(0xffffffffu, ss, 1);
   ss += __shfl_xor_sync(0xffffffffu, ss, 2);
   ss += __shfl_xor_sync(0xffffffffu, ss, 4);
-  __shared__ float row_r[kMmaTokens];
-  if (xp == 0) row_r[xr] = rsqrtf(ss / float(H) + eps);
+  if (xc == 0) row_r[xr] = rsqrtf(ss / float(H) + eps);
   __syncthreads();  // the stages are free: lg takes their place; row_r is in
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -325,10 +344,10 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
                st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, tile);
     // The logits, the choices and the runs: n-tiles of 8 experts a warp, two warps a token group.
     auto launch_mma = [&]<int NT>() {
-      const size_t smem = route_mma_smem(32 * NT, H);
+      const size_t smem = route_mma_smem(32 * NT);
       static const bool attr = [] {
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(route_mma_smem(32 * NT, kRowMax))));
+                                               int(route_mma_smem(32 * NT))));
         return true;
       }();
       (void)attr;
