@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kRouteThreads)
 // a token's logits are the same bits in any prompt chunk. They are not the per-token kernel's
 // (fp32 FMAs in another order): the two agree to fp32 rounding (the tests hold them within 1e-5).
 //
-// The K loop stages kMmaCols columns of x (fp32) and of the router (BF16) by cp.async, kMmaStages
-// deep. While the warps multiply chunk c, the block makes the three terms of chunk c + 1's x (a
+// The K loop stages kMmaCols columns of x (fp32, two buffers) and of the router (BF16, kMmaStages
+// deep) by cp.async. While the warps multiply chunk c, the block makes the three terms of chunk c + 1's x (a
 // thread takes 8 values of a row) into the other of two term buffers: one barrier a chunk. Warp
 // w takes tokens 16 (w % 2) .. + 15 against experts 8 NT (w / 2) .. + 8 NT - 1 (the block covers
 // 32 NT experts; the rows past E are zeros), A and B fragments by ldmatrix, the MMAs of one term
@@ -99,9 +99,9 @@ __global__ void __launch_bounds__(kRouteThreads)
 constexpr int kMmaTokens = 32, kMmaCols = 64, kMmaStages = 3, kMmaThreads = 256;
 constexpr int kMmaStride = kMmaCols + 8;  // BF16 rows of 144 bytes: ldmatrix without bank conflicts
 static_assert(kMmaTokens * kMmaCols == 8 * kMmaThreads, "a thread makes the terms of 8 values a chunk");
-__host__ __device__ constexpr size_t route_mma_smem(int experts_staged) {
-  return size_t(kMmaStages) * (kMmaTokens * kMmaCols * sizeof(float) + experts_staged * kMmaStride * sizeof(bf16)) +
-         2 * 3 * kMmaTokens * kMmaStride * sizeof(bf16);
+__host__ __device__ constexpr size_t route_mma_smem(int experts_staged, int H) {
+  return 2 * kMmaTokens * kMmaCols * sizeof(float) + size_t(kMmaStages) * experts_staged * kMmaStride * sizeof(bf16) +
+         2 * 3 * kMmaTokens * kMmaStride * sizeof(bf16) + size_t(H + kMmaCols) * sizeof(bf16);
 }
 
 // v = hi + mid + lo (for v in BF16's exponent range, to about 2^-26 of v), each pair of values
@@ -124,9 +124,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   constexpr int kWPieces = (Ep * kMmaCols / 8 + kMmaThreads - 1) / kMmaThreads;
   constexpr unsigned kTermBytes = kMmaTokens * kMmaStride * sizeof(bf16), kWStageBytes = Ep * kMmaStride * sizeof(bf16);
   extern __shared__ __align__(16) float smem[];
-  float* sx = smem;                                                              // [stages][32][64] fp32
-  bf16* sw = reinterpret_cast<bf16*>(smem + kMmaStages * kMmaTokens * kMmaCols);  // [stages][Ep][kMmaStride]
+  float* sx = smem;                                                     // [2][32][64] fp32 (chunk ch in ch % 2)
+  bf16* sw = reinterpret_cast<bf16*>(smem + 2 * kMmaTokens * kMmaCols);  // [stages][Ep][kMmaStride]
   bf16* sa = sw + kMmaStages * Ep * kMmaStride;                                   // [2][3 terms][32][kMmaStride]
+  bf16* sg = sa + 2 * 3 * kMmaTokens * kMmaStride;                                // [chunks * 64] the gain, zeros past H
   float* lg = smem;  // after the K loop: [32][E] logits
   __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
   __shared__ float row_r[kMmaTokens];
@@ -134,34 +135,56 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
   const int tg = warp & 1, eq = warp >> 1;
   const int chunks = (H + kMmaCols - 1) / kMmaCols;
-  // This thread's copies: x pieces p = tid + 256 i (row p / 16, columns 4 (p % 16) ..), router
-  // pieces p (expert p / 8, columns 8 (p % 8) ..); and the 8 values whose terms it makes: row xr,
-  // columns 8 xc .. + 7.
-  const int xr = threadIdx.x / (kMmaCols / 8), xc = threadIdx.x % (kMmaCols / 8);
-  auto load_chunk = [&](int ch) {
-    const int st = ch % kMmaStages, k0 = ch * kMmaCols;
+  // This thread's copies, planned once: x pieces p = tid + 256 i (row p / 16, columns 4 (p % 16)
+  // .. of each chunk), router pieces p (expert p / 8, columns 8 (p % 8) ..). A piece's source
+  // moves kMmaCols columns a chunk; it exists while its row (or expert) does and its first
+  // column is under H (H % 8 == 0: the whole piece then).
+  const float* x_src[kXPieces];
+  const bf16* w_src[kWPieces];
+  unsigned x_dst[kXPieces], w_dst[kWPieces];
+  int x_col[kXPieces], w_col[kWPieces];
+  bool x_row_ok[kXPieces], w_row_ok[kWPieces];
+#pragma unroll
+  for (int i = 0; i < kXPieces; ++i) {
+    const int p = threadIdx.x + i * kMmaThreads, r = p / (kMmaCols / 4);
+    x_col[i] = 4 * (p % (kMmaCols / 4));
+    x_row_ok[i] = r < nt;
+    x_src[i] = x + (x_row_ok[i] ? size_t(t0 + r) * H + x_col[i] : 0);
+    x_dst[i] = unsigned(__cvta_generic_to_shared(sx + r * kMmaCols + x_col[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < kWPieces; ++i) {
+    const int p = threadIdx.x + i * kMmaThreads, e = p / (kMmaCols / 8);
+    w_col[i] = 8 * (p % (kMmaCols / 8));
+    w_row_ok[i] = e < E;
+    w_src[i] = router + (w_row_ok[i] ? size_t(e) * H + w_col[i] : 0);
+    w_dst[i] = unsigned(__cvta_generic_to_shared(sw + min(e, Ep - 1) * kMmaStride + w_col[i]));
+  }
+  auto copy16 = [](unsigned dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+  };
+  auto load_chunk = [&](int ch, int st) {  // chunk ch: x into x buffer ch % 2, the router into stage st
+    const int k0 = ch * kMmaCols;
 #pragma unroll
     for (int i = 0; i < kXPieces; ++i) {
-      const int p = threadIdx.x + i * kMmaThreads, r = p / (kMmaCols / 4), col = k0 + 4 * (p % (kMmaCols / 4));
-      const bool ok = r < nt && col < H;  // H % 8 == 0: a piece is all in the row or all past it
-      cp_async16(sx + (st * kMmaTokens + r) * kMmaCols + (col - k0), x + (ok ? size_t(t0 + r) * H + col : 0), ok);
+      const bool ok = x_row_ok[i] && k0 + x_col[i] < H;
+      copy16(x_dst[i] + unsigned((ch & 1) * kMmaTokens * kMmaCols * sizeof(float)), ok ? x_src[i] + k0 : x, ok);
     }
 #pragma unroll
     for (int i = 0; i < kWPieces; ++i) {
-      const int p = threadIdx.x + i * kMmaThreads, e = p / (kMmaCols / 8), col = k0 + 8 * (p % (kMmaCols / 8));
-      if (e >= Ep) break;
-      const bool ok = e < E && col < H;
-      cp_async16(sw + (st * Ep + e) * kMmaStride + (col - k0), router + (ok ? size_t(e) * H + col : 0), ok);
+      if (threadIdx.x + i * kMmaThreads >= Ep * (kMmaCols / 8)) break;
+      const bool ok = w_row_ok[i] && k0 + w_col[i] < H;
+      copy16(w_dst[i] + unsigned(st) * kWStageBytes, ok ? w_src[i] + k0 : router, ok);
     }
   };
+  // The x values whose terms this thread makes: row xr, columns 8 xc .. + 7 of each chunk.
+  const int xr = threadIdx.x / (kMmaCols / 8), xc = threadIdx.x % (kMmaCols / 8);
   float ss = 0.0f;  // row xr: x^2 of this thread's columns
   // The terms of chunk ch's 8 values of this thread into term buffer ch % 2.
   auto make_terms = [&](int ch) {
-    const int st = ch % kMmaStages, col = ch * kMmaCols + 8 * xc;
-    const float* xp = sx + (st * kMmaTokens + xr) * kMmaCols + 8 * xc;
+    const float* xp = sx + ((ch & 1) * kMmaTokens + xr) * kMmaCols + 8 * xc;
     const float4 v0 = *reinterpret_cast<const float4*>(xp), v1 = *reinterpret_cast<const float4*>(xp + 4);
-    uint4 graw = make_uint4(0, 0, 0, 0);
-    if (col < H) graw = __ldg(reinterpret_cast<const uint4*>(gain + col));
+    const uint4 graw = *reinterpret_cast<const uint4*>(sg + ch * kMmaCols + 8 * xc);
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     const uint32_t gw[4] = {graw.x, graw.y, graw.z, graw.w};
 #pragma unroll
@@ -177,15 +200,16 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       *reinterpret_cast<uint4*>(dst + u * kMmaTokens * kMmaStride) = make_uint4(t[u][0], t[u][1], t[u][2], t[u][3]);
   };
   for (int e = threadIdx.x; e < E; e += kMmaThreads) cnt[e] = 0;
+  for (int i = threadIdx.x; i < chunks * kMmaCols; i += kMmaThreads) sg[i] = i < H ? gain[i] : bf16{};  // a weight: before the wait
   pdl_wait();
   pdl_launch_dependents();
 #pragma unroll
   for (int ch = 0; ch < kMmaStages - 1; ++ch) {
-    if (ch < chunks) load_chunk(ch);
+    if (ch < chunks) load_chunk(ch, ch);
     cp_async_commit();
   }
   cp_async_wait<kMmaStages - 2>();
-  __syncthreads();  // chunk 0 is in
+  __syncthreads();  // chunk 0 and the gain are in
   make_terms(0);
   float acc[NT][4] = {};
   // ldmatrix row addresses: A (term u) matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15),
@@ -195,38 +219,51 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int b_row = eq * 8 * NT + ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) * 8;
   const unsigned sa_lane = unsigned(__cvta_generic_to_shared(sa + a_row * kMmaStride + a_col));
   const unsigned sw_lane = unsigned(__cvta_generic_to_shared(sw + b_row * kMmaStride + b_col));
+  // One k16 step's fragments: the three terms' A, the warp's n-tiles' B.
+  struct Frags {
+    uint32_t a[3][4], b[NT][2];
+  };
+  auto load_frags = [&](Frags& f, unsigned sa_ch, unsigned sw_st, int ks) {
+    const unsigned koff = unsigned(ks * 16 * sizeof(bf16));
+#pragma unroll
+    for (int u = 0; u < 3; ++u) ldmatrix_x4(f.a[u], sa_ch + u * kTermBytes + koff);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      const unsigned addr = sw_st + unsigned(j * 8 * kMmaStride * sizeof(bf16)) + koff;
+      if constexpr (NT == 1) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(f.b[0][0]), "=r"(f.b[0][1]) : "r"(addr));
+      } else {
+        uint32_t r[4];
+        ldmatrix_x4(r, addr);
+        f.b[j][0] = r[0], f.b[j][1] = r[1], f.b[j + 1][0] = r[2], f.b[j + 1][1] = r[3];
+      }
+    }
+  };
+  int st = 0;  // chunk ch's stage
   for (int ch = 0; ch < chunks; ++ch) {
     cp_async_wait<0>();
     // Chunk ch + 1 is in; the terms of chunk ch are made; every warp is past chunk ch - 1 (its
-    // stage and its term buffer are free).
+    // router stage and its term buffer are free, and chunk ch's x buffer: its terms are made).
     __syncthreads();
-    if (ch + kMmaStages - 1 < chunks) load_chunk(ch + kMmaStages - 1);
+    const int st_next = st + 1 == kMmaStages ? 0 : st + 1, st_free = st == 0 ? kMmaStages - 1 : st - 1;
+    if (ch + kMmaStages - 1 < chunks) load_chunk(ch + kMmaStages - 1, st_free);
     cp_async_commit();
-    if (ch + 1 < chunks) make_terms(ch + 1);
     const unsigned sa_ch = sa_lane + unsigned(ch & 1) * 3 * kTermBytes;
-    const unsigned sw_st = sw_lane + unsigned(ch % kMmaStages) * kWStageBytes;
+    const unsigned sw_st = sw_lane + unsigned(st) * kWStageBytes;
+    // The fragments one k16 step ahead of the MMAs (the asm statements keep their order).
+    Frags f[2];
+    load_frags(f[0], sa_ch, sw_st, 0);
+    if (ch + 1 < chunks) make_terms(ch + 1);
 #pragma unroll
     for (int ks = 0; ks < kMmaCols / 16; ++ks) {
-      const unsigned koff = unsigned(ks * 16 * sizeof(bf16));
-      uint32_t a[3][4], b[NT][2];
-#pragma unroll
-      for (int u = 0; u < 3; ++u) ldmatrix_x4(a[u], sa_ch + u * kTermBytes + koff);
-#pragma unroll
-      for (int j = 0; j < NT; j += 2) {
-        const unsigned addr = sw_st + unsigned(j * 8 * kMmaStride * sizeof(bf16)) + koff;
-        if constexpr (NT == 1) {
-          asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(b[0][0]), "=r"(b[0][1]) : "r"(addr));
-        } else {
-          uint32_t r[4];
-          ldmatrix_x4(r, addr);
-          b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
-        }
-      }
+      if (ks + 1 < kMmaCols / 16) load_frags(f[(ks + 1) & 1], sa_ch, sw_st, ks + 1);
+      const Frags& g = f[ks & 1];
 #pragma unroll
       for (int u = 0; u < 3; ++u)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) mma_bf16_16816(acc[j], a[u][0], a[u][1], a[u][2], a[u][3], b[j][0], b[j][1]);
+        for (int j = 0; j < NT; ++j) mma_bf16_16816(acc[j], g.a[u][0], g.a[u][1], g.a[u][2], g.a[u][3], g.b[j][0], g.b[j][1]);
     }
+    st = st_next;
   }
   cp_async_wait<0>();
   // r of each row: the sums of its 8 threads (adjacent lanes), then into shared memory for the
@@ -344,10 +381,10 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
                st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, tile);
     // The logits, the choices and the runs: n-tiles of 8 experts a warp, two warps a token group.
     auto launch_mma = [&]<int NT>() {
-      const size_t smem = route_mma_smem(32 * NT);
+      const size_t smem = route_mma_smem(32 * NT, H);
       static const bool attr = [] {
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(route_mma_smem(32 * NT))));
+                                               int(route_mma_smem(32 * NT, kRowMax))));
         return true;
       }();
       (void)attr;
