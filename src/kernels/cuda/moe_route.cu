@@ -56,19 +56,14 @@ __global__ void __launch_bounds__(kRouteThreads)
   float* rows = sm;
   pdl_wait();
   pdl_launch_dependents();
-  if (H % 4 == 0) {  // 16-byte copies, all in flight at once
-    const int per_row = H / 4;
-    const float* src = x + size_t(t0) * H;
-    for (int i = threadIdx.x; i < nt * per_row; i += blockDim.x) {
-      const int r = i / per_row, c = i % per_row;
-      cp_async16(rows + size_t(r) * Hp + 4 * c, src + size_t(r) * H + 4 * c, true);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-  } else {
-    for (int i = threadIdx.x; i < nt * H; i += blockDim.x)
-      rows[size_t(i / H) * Hp + i % H] = x[size_t(t0) * H + i];
+  const int per_row = H / 4;  // H % 4 == 0 (the launcher's condition): 16-byte copies, all in flight at once
+  const float* src = x + size_t(t0) * H;
+  for (int i = threadIdx.x; i < nt * per_row; i += blockDim.x) {
+    const int r = i / per_row, c = i % per_row;
+    cp_async16(rows + size_t(r) * Hp + 4 * c, src + size_t(r) * H + 4 * c, true);
   }
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   tile_rmsnorm_quantize<kRouteThreads, kRouteThreads, kNormTile>(rows, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
   if (h_mxfp4)
@@ -82,9 +77,9 @@ __global__ void __launch_bounds__(kRouteThreads)
 // The logits. The router input is g * x (g the norm's BF16 gain), and a token's logit is
 //   r * sum_k W[e][k] (g[k] x[k]) + bias[e],   r = rsqrt(sum_k x[k]^2 / H + eps),
 // the norm's factor applied once to the sum (mathematically the router of the normalized row).
-// Each g x is split into three BF16 terms, hi + mid + lo, which carry it to about 2^-26 of its
-// size: the router weights are BF16 as shipped, so every product is exact and the MMAs' fp32
-// sums see fp32 inputs. A token's sum runs over k16 steps in order, each adding the hi, mid and
+// Each g x is split into three BF16 terms, hi + mid + lo, that sum to it exactly (split3_bf16):
+// the router weights are BF16 as shipped, so every product is exact and the MMAs' fp32 sums see
+// the fp32 inputs themselves. A token's sum runs over k16 steps in order, each adding the hi, mid and
 // lo products in that order; r's sum of squares runs per thread over its columns of each chunk,
 // then over the 8 threads of a row. Neither order depends on the tile, the row within it or T:
 // a token's logits are the same bits in any prompt chunk. They are not the per-token kernel's
@@ -101,17 +96,21 @@ constexpr int kMmaStride = kMmaCols + 8;  // BF16 rows of 144 bytes: ldmatrix wi
 static_assert(kMmaTokens * kMmaCols == 8 * kMmaThreads, "a thread makes the terms of 8 values a chunk");
 __host__ __device__ constexpr size_t route_mma_smem(int experts_staged, int H) {
   return 2 * kMmaTokens * kMmaCols * sizeof(float) + size_t(kMmaStages) * experts_staged * kMmaStride * sizeof(bf16) +
-         2 * 3 * kMmaTokens * kMmaStride * sizeof(bf16) + size_t(H + kMmaCols) * sizeof(bf16);
+         2 * 3 * kMmaTokens * kMmaStride * sizeof(bf16) + size_t(H) * sizeof(bf16);
 }
 
-// v = hi + mid + lo (for v in BF16's exponent range, to about 2^-26 of v), each pair of values
-// as a BF16 pair.
+// v = hi + mid + lo exactly (v normal and its terms too, as the router's inputs are), each pair of
+// values as a BF16 pair: hi is v cut to BF16 (its top 8 significant bits), mid the rest cut
+// likewise, lo what remains (at most 8 significant bits: a BF16 as it is).
 __device__ inline void split3_bf16(float a, float b, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
-  hi = pack_bf16(a, b);
-  a -= __uint_as_float(hi << 16), b -= __uint_as_float(hi & 0xFFFF0000u);
-  mid = pack_bf16(a, b);
-  a -= __uint_as_float(mid << 16), b -= __uint_as_float(mid & 0xFFFF0000u);
-  lo = pack_bf16(a, b);
+  auto cut = [](float& u, float& v, uint32_t& pair) {  // pair = the BF16 cuts of u and v; u, v -= them
+    const uint32_t bu = __float_as_uint(u), bv = __float_as_uint(v);
+    pair = __byte_perm(bu, bv, 0x7632);
+    u -= __uint_as_float(bu & 0xFFFF0000u), v -= __uint_as_float(bv & 0xFFFF0000u);
+  };
+  cut(a, b, hi);
+  cut(a, b, mid);
+  lo = __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
 }
 
 template <int NT>
@@ -121,61 +120,53 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                          MoeSorted sorted) {
   constexpr int Ep = 32 * NT;                      // experts staged
   constexpr int kXPieces = kMmaTokens * kMmaCols / 4 / kMmaThreads;  // 16-byte copies of x a thread, a chunk
-  constexpr int kWPieces = (Ep * kMmaCols / 8 + kMmaThreads - 1) / kMmaThreads;
+  constexpr int kWPieces = Ep * kMmaCols / 8 / kMmaThreads;
+  static_assert(Ep * kMmaCols / 8 % kMmaThreads == 0, "router copies: a whole number a thread");
   constexpr unsigned kTermBytes = kMmaTokens * kMmaStride * sizeof(bf16), kWStageBytes = Ep * kMmaStride * sizeof(bf16);
   extern __shared__ __align__(16) float smem[];
   float* sx = smem;                                                     // [2][32][64] fp32 (chunk ch in ch % 2)
   bf16* sw = reinterpret_cast<bf16*>(smem + 2 * kMmaTokens * kMmaCols);  // [stages][Ep][kMmaStride]
   bf16* sa = sw + kMmaStages * Ep * kMmaStride;                                   // [2][3 terms][32][kMmaStride]
-  bf16* sg = sa + 2 * 3 * kMmaTokens * kMmaStride;                                // [chunks * 64] the gain, zeros past H
+  bf16* sg = sa + 2 * 3 * kMmaTokens * kMmaStride;                                // [H] the gain
   float* lg = smem;  // after the K loop: [32][E] logits
   __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
   __shared__ float row_r[kMmaTokens];
   const int t0 = blockIdx.x * kMmaTokens, nt = min(kMmaTokens, T - t0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
   const int tg = warp & 1, eq = warp >> 1;
-  const int chunks = (H + kMmaCols - 1) / kMmaCols;
+  const int chunks = H / kMmaCols;
   // This thread's copies, planned once: x pieces p = tid + 256 i (row p / 16, columns 4 (p % 16)
   // .. of each chunk), router pieces p (expert p / 8, columns 8 (p % 8) ..). A piece's source
-  // moves kMmaCols columns a chunk; it exists while its row (or expert) does and its first
-  // column is under H (H % 8 == 0: the whole piece then).
+  // moves kMmaCols columns a chunk (H % kMmaCols == 0: every chunk is whole); a row past the
+  // tile's tokens or the experts reads nothing and stages zeros (its source stays in bounds).
   const float* x_src[kXPieces];
   const bf16* w_src[kWPieces];
   unsigned x_dst[kXPieces], w_dst[kWPieces];
-  int x_col[kXPieces], w_col[kWPieces];
-  bool x_row_ok[kXPieces], w_row_ok[kWPieces];
+  uint32_t x_bytes[kXPieces], w_bytes[kWPieces];
 #pragma unroll
   for (int i = 0; i < kXPieces; ++i) {
-    const int p = threadIdx.x + i * kMmaThreads, r = p / (kMmaCols / 4);
-    x_col[i] = 4 * (p % (kMmaCols / 4));
-    x_row_ok[i] = r < nt;
-    x_src[i] = x + (x_row_ok[i] ? size_t(t0 + r) * H + x_col[i] : 0);
-    x_dst[i] = unsigned(__cvta_generic_to_shared(sx + r * kMmaCols + x_col[i]));
+    const int p = threadIdx.x + i * kMmaThreads, r = p / (kMmaCols / 4), col = 4 * (p % (kMmaCols / 4));
+    x_bytes[i] = r < nt ? 16 : 0;
+    x_src[i] = x + (r < nt ? size_t(t0 + r) * H : 0) + col;
+    x_dst[i] = unsigned(__cvta_generic_to_shared(sx + r * kMmaCols + col));
   }
 #pragma unroll
   for (int i = 0; i < kWPieces; ++i) {
-    const int p = threadIdx.x + i * kMmaThreads, e = p / (kMmaCols / 8);
-    w_col[i] = 8 * (p % (kMmaCols / 8));
-    w_row_ok[i] = e < E;
-    w_src[i] = router + (w_row_ok[i] ? size_t(e) * H + w_col[i] : 0);
-    w_dst[i] = unsigned(__cvta_generic_to_shared(sw + min(e, Ep - 1) * kMmaStride + w_col[i]));
+    const int p = threadIdx.x + i * kMmaThreads, e = p / (kMmaCols / 8), col = 8 * (p % (kMmaCols / 8));
+    w_bytes[i] = e < E ? 16 : 0;
+    w_src[i] = router + (e < E ? size_t(e) * H : 0) + col;
+    w_dst[i] = unsigned(__cvta_generic_to_shared(sw + e * kMmaStride + col));
   }
-  auto copy16 = [](unsigned dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+  auto copy16 = [](unsigned dst, const void* src, uint32_t bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
   };
   auto load_chunk = [&](int ch, int st) {  // chunk ch: x into x buffer ch % 2, the router into stage st
     const int k0 = ch * kMmaCols;
+    const unsigned xb = unsigned((ch & 1) * kMmaTokens * kMmaCols * sizeof(float)), wb = unsigned(st) * kWStageBytes;
 #pragma unroll
-    for (int i = 0; i < kXPieces; ++i) {
-      const bool ok = x_row_ok[i] && k0 + x_col[i] < H;
-      copy16(x_dst[i] + unsigned((ch & 1) * kMmaTokens * kMmaCols * sizeof(float)), ok ? x_src[i] + k0 : x, ok);
-    }
+    for (int i = 0; i < kXPieces; ++i) copy16(x_dst[i] + xb, x_src[i] + k0, x_bytes[i]);
 #pragma unroll
-    for (int i = 0; i < kWPieces; ++i) {
-      if (threadIdx.x + i * kMmaThreads >= Ep * (kMmaCols / 8)) break;
-      const bool ok = w_row_ok[i] && k0 + w_col[i] < H;
-      copy16(w_dst[i] + unsigned(st) * kWStageBytes, ok ? w_src[i] + k0 : router, ok);
-    }
+    for (int i = 0; i < kWPieces; ++i) copy16(w_dst[i] + wb, w_src[i] + k0, w_bytes[i]);
   };
   // The x values whose terms this thread makes: row xr, columns 8 xc .. + 7 of each chunk.
   const int xr = threadIdx.x / (kMmaCols / 8), xc = threadIdx.x % (kMmaCols / 8);
@@ -184,7 +175,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   auto make_terms = [&](int ch) {
     const float* xp = sx + ((ch & 1) * kMmaTokens + xr) * kMmaCols + 8 * xc;
     const float4 v0 = *reinterpret_cast<const float4*>(xp), v1 = *reinterpret_cast<const float4*>(xp + 4);
-    const uint4 graw = *reinterpret_cast<const uint4*>(sg + ch * kMmaCols + 8 * xc);
+    const uint4 graw = *reinterpret_cast<const uint4*>(sg + ch * kMmaCols + 8 * xc);  // H % kMmaCols == 0
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     const uint32_t gw[4] = {graw.x, graw.y, graw.z, graw.w};
 #pragma unroll
@@ -200,7 +191,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       *reinterpret_cast<uint4*>(dst + u * kMmaTokens * kMmaStride) = make_uint4(t[u][0], t[u][1], t[u][2], t[u][3]);
   };
   for (int e = threadIdx.x; e < E; e += kMmaThreads) cnt[e] = 0;
-  for (int i = threadIdx.x; i < chunks * kMmaCols; i += kMmaThreads) sg[i] = i < H ? gain[i] : bf16{};  // a weight: before the wait
+  for (int i = threadIdx.x; i < H; i += kMmaThreads) sg[i] = gain[i];  // a weight: before the wait
   pdl_wait();
   pdl_launch_dependents();
 #pragma unroll
@@ -365,7 +356,7 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
   if (k > 16 || k > E) fail_plain("moe_route: at most 16 experts per token, and no more than there are");
   check_row(H, "moe_route");
   const size_t Hp = size_t((H + 3) & ~3);
-  if (T > kRouteTiledAbove && H % 8 == 0) {
+  if (T > kRouteTiledAbove && H % kMmaCols == 0) {
     if (E > kRouteMaxExperts) fail_plain("moe_route: prompt chunks route over at most 256 experts (got " + std::to_string(E) + ")");
     // The rows: tiles of kNormTile tokens, several blocks an SM so that some blocks' loads run
     // beside other blocks' norms.
