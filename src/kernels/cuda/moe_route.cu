@@ -1,8 +1,9 @@
 // The MoE's routing front (fp8.cuh moe_route): the MLP norm, the router logits, the top-k
 // softmax and the sort of the (token, choice) pairs by expert into the row layout every grouped
-// GEMM reads (MoeSorted): one kernel for decode steps and short chunks (fp32 router sums), and for
-// prompt chunks a kernel for the rows, one for the logits on the tensor cores, the choices and
-// the runs, and the pairs' scatter; moe_sort for choices made elsewhere.
+// GEMM reads (MoeSorted): one kernel for decode steps and short chunks (fp32 router sums); for
+// prompt chunks tiles of tokens (up to 32 experts one kernel with fp32 router sums, above a kernel
+// for the rows and one for the logits on the tensor cores, the choices and the runs) and the
+// pairs' scatter; moe_sort for choices made elsewhere.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -37,26 +38,27 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
                  VBlock::this_block(), PdlSync{});
 }
 
-// Prompt chunks take two kernels and the pairs' scatter.
-//
-// moe_norm_tiled_kernel: block b takes `tile` (at most kNormTile) tokens and makes the same rows
-// as moe_route_kernel, bit for bit: their x rows are copied to shared memory together, and the
-// block normalizes and quantizes them together (tile_rmsnorm_quantize, the sums of
-// rmsnorm_quantize_row<256>). Tiles of 2 tokens (23 KB of shared memory at H = 2880): several
-// blocks an SM, so that some blocks' loads run beside other blocks' norms.
-constexpr int kNormTile = 2, kRouteMaxExperts = 256;
-__global__ void __launch_bounds__(kRouteThreads)
-    moe_norm_tiled_kernel(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
-                          float* h_out, bf16* h_mxfp4, int tile) {
+// Prompt chunks: tiles of tokens. Up to 32 experts (gpt-oss-20b) one kernel makes the rows and
+// the fp32 router sums of a tile (moe_route_tiled_kernel); above (gpt-oss-120b), the rows and the
+// logits are two kernels (moe_norm_tiled_kernel, moe_route_mma_kernel), the logits on the tensor
+// cores. Measured on an H100 (session 38, bench/probes/prefill_passes.cu route): at 128 experts
+// the two kernels take 194 us for 8,192 tokens against 399, and 109-116 against 119 for 1,024;
+// at 32 experts 173 against 190 us for 8,192 tokens but 101 against 54 for 1,024 (32 blocks of
+// 32 tokens leave most SMs idle), so the 20b keeps its fp32 kernel. The pairs' scatter follows
+// either.
+constexpr int kRouteTile = 8, kRouteExperts = 4, kNormTile = 2, kRouteMaxExperts = 256, kRouteFp32MaxExperts = 32;
+
+// The rows of a tile of nt tokens from t0 (H % 4 == 0), made as moe_route_kernel makes them, bit
+// for bit: the x rows are copied to shared memory (rows, stride Hp) together, and the block
+// normalizes and quantizes them together (tile_rmsnorm_quantize, the sums of
+// rmsnorm_quantize_row<256>); the normalized rows stay in `rows`.
+template <int kTile>
+__device__ inline void tile_rows(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
+                                 float* h_out, bf16* h_mxfp4, float* rows, int Hp, int t0, int nt,
+                                 float (*part)[kRouteThreads / 32]) {
   constexpr int NW = kRouteThreads / 32;
-  extern __shared__ float sm[];  // [tile][Hp] rows
-  __shared__ float part[kNormTile][NW];
-  const int Hp = (H + 3) & ~3, t0 = blockIdx.x * tile, nt = min(tile, T - t0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* rows = sm;
-  pdl_wait();
-  pdl_launch_dependents();
-  const int per_row = H / 4;  // H % 4 == 0 (the launcher's condition): 16-byte copies, all in flight at once
+  const int per_row = H / 4;  // 16-byte copies, all in flight at once
   const float* src = x + size_t(t0) * H;
   for (int i = threadIdx.x; i < nt * per_row; i += blockDim.x) {
     const int r = i / per_row, c = i % per_row;
@@ -65,10 +67,170 @@ __global__ void __launch_bounds__(kRouteThreads)
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  tile_rmsnorm_quantize<kRouteThreads, kRouteThreads, kNormTile>(rows, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
+  tile_rmsnorm_quantize<kRouteThreads, kRouteThreads, kTile>(rows, Hp, nt, gain, H, eps, q, s, ld, t0, h_out, part);
   if (h_mxfp4)
     for (int i = warp; i < nt; i += NW)
       store_row_mxfp4_layout(rows + size_t(i) * Hp, H, h_mxfp4 + size_t(t0 + i) * mxfp4_act_cols(H), lane, 32);
+}
+
+// The choices of a tile of nt tokens from t0 whose logits lg [nt][E] are in shared memory: a warp
+// per token does the top-k; the tile's pairs take their rank among the tile's pairs of their
+// expert, then the block's place in each expert's run (counters[0, E): the runs' lengths so far,
+// zero again when the kernel ends), and pair_row holds each pair's place in its run until
+// moe_scatter_kernel; the last block to arrive lays the runs out (seg, active, the padding
+// rows). cnt and base: E ints of shared memory each, cnt zero on entry.
+template <int kMaxPairsPerThread>
+__device__ inline void tile_choices(const float* lg, int t0, int nt, int T, int E, int k, int32_t* counter,
+                                    int32_t* idx, float* w, MoeSorted sorted, int* cnt, int* base) {
+  const int warp = threadIdx.x >> 5, NW = int(blockDim.x) >> 5;
+  for (int i = warp; i < nt; i += NW)
+    warp_topk_softmax(lg + i * E, E, k, idx + size_t(t0 + i) * k, w + size_t(t0 + i) * k);
+  __syncthreads();  // idx, written by lane 0 of each warp, visible to the block
+  const int np = nt * k;  // at most kMaxPairsPerThread * blockDim.x
+  int ep[kMaxPairsPerThread], rank[kMaxPairsPerThread];
+#pragma unroll
+  for (int u = 0; u < kMaxPairsPerThread; ++u) {
+    const int p = int(threadIdx.x) + u * int(blockDim.x);
+    ep[u] = p < np ? idx[size_t(t0) * k + p] : -1;
+    rank[u] = ep[u] >= 0 ? atomicAdd(&cnt[ep[u]], 1) : 0;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    if (cnt[e]) base[e] = atomicAdd(counter + e, cnt[e]);
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kMaxPairsPerThread; ++u)
+    if (ep[u] >= 0) sorted.pair_row[size_t(t0) * k + threadIdx.x + u * blockDim.x] = base[ep[u]] + rank[u];
+  if (!last_block_to_arrive(counter + T, int(gridDim.x))) return;
+  // The last block: each expert's run padded to a multiple of 4, the active experts, the padding
+  // rows (-1); the run lengths back to zero for the next use.
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    cnt[e] = __ldcg(counter + e);
+    counter[e] = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int b = 0, na = 0;
+    for (int e = 0; e < E; ++e) {
+      base[e] = b;
+      sorted.seg[e] = b;
+      b += round4(cnt[e]);
+      if (cnt[e]) sorted.active[na++] = e;
+    }
+    sorted.seg[E] = b;
+    for (; na < min(E, T * k); ++na) sorted.active[na] = -1;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int r = base[e] + cnt[e]; r < round4(cnt[e]) + base[e]; ++r) sorted.row_token[r] = -1;
+}
+
+// moe_route_tiled_kernel (up to 32 experts): block b takes `tile` (at most kRouteTile) tokens:
+// their rows (tile_rows), then the same fp32 router sums of the same values as moe_route_kernel,
+// bit for bit: each warp takes kRouteExperts experts at a time and sums every token of the tile
+// against them (router_tile): a row float4 read from shared memory serves four experts; then the
+// choices (tile_choices). Two blocks an SM (8 tokens, at most 128 registers and about 100 KB of
+// shared memory each), so that one block's loads and norms run beside the other's router sums.
+
+// One warp's router sums of kRouteExperts experts from e0 (zero past E) against the tile's nt
+// normalized rows (shared memory, row stride Hp; kFull: nt == kRouteTile), each in warp_dot_f32's
+// order: lane l takes the float4 steps c = l + 32 j in order with dot4_step, then warp_sum. One
+// staged row float4 feeds the four experts' sums. The router's step j (as loaded: float4s, or
+// four BF16 each) sits in one of three register buffers, loaded two steps ahead (the buffers
+// rotate by unrolling, no copies).
+template <bool kFull, class W>
+__device__ inline void router_tile(const float* rows, int Hp, int nt, const W* router, int H, int E, int e0,
+                                   float (&acc)[kRouteTile][kRouteExperts]) {
+  using Raw = typename Weights4<W>::Raw;
+  const int lane = threadIdx.x & 31, H4 = H / 4, Hp4 = Hp / 4, steps = (H4 + 31) / 32;
+  const float4* r4 = reinterpret_cast<const float4*>(rows);
+#pragma unroll
+  for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = 0.0f;
+  auto load = [&](int j, Raw (&w)[kRouteExperts]) {
+    const int c = lane + 32 * j;
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e)
+      w[e] = j < steps && c < H4 && e0 + e < E ? Weights4<W>::load(router + size_t(e0 + e) * H, c) : Weights4<W>::zero();
+  };
+  auto step = [&](int j, const Raw (&raw)[kRouteExperts]) {
+    const int c = lane + 32 * j;
+    if (j >= steps || c >= H4) return;  // the last step: the lanes past H4
+    float4 w[kRouteExperts];
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e) w[e] = Weights4<W>::f32(raw[e]);
+#pragma unroll
+    for (int t = 0; t < kRouteTile; ++t) {
+      if (!kFull && t >= nt) break;  // uniform
+      const float4 b = r4[t * Hp4 + c];
+#pragma unroll
+      for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = dot4_step(acc[t][e], w[e], b);
+    }
+  };
+  Raw w0[kRouteExperts], w1[kRouteExperts], w2[kRouteExperts];
+  load(0, w0);
+  load(1, w1);
+  for (int j = 0; j < steps; j += 3) {
+    load(j + 2, w2);
+    step(j, w0);
+    load(j + 3, w0);
+    step(j + 1, w1);
+    load(j + 4, w1);
+    step(j + 2, w2);
+  }
+#pragma unroll
+  for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+    for (int e = 0; e < kRouteExperts; ++e) acc[t][e] = warp_sum(acc[t][e]);
+}
+template <class W>
+__global__ void __launch_bounds__(kRouteThreads, 2)
+    moe_route_tiled_kernel(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
+                           float* h_out, bf16* h_mxfp4, const W* router, const bf16* router_bias, int E, int k,
+                           int tile, float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted) {
+  constexpr int NW = kRouteThreads / 32;
+  extern __shared__ float sm[];  // [tile][Hp] rows, then [tile][E] logits
+  __shared__ float part[kRouteTile][NW];
+  __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
+  const int Hp = (H + 3) & ~3, t0 = blockIdx.x * tile, nt = min(tile, T - t0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* rows = sm;
+  float* lg = sm + size_t(tile) * Hp;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  pdl_wait();
+  pdl_launch_dependents();
+  tile_rows<kRouteTile>(x, gain, H, eps, q, s, ld, h_out, h_mxfp4, rows, Hp, t0, nt, part);
+  for (int e0 = warp * kRouteExperts; e0 < E; e0 += NW * kRouteExperts) {
+    float acc[kRouteTile][kRouteExperts];
+    if (nt == kRouteTile) router_tile<true>(rows, Hp, nt, router, H, E, e0, acc);
+    else router_tile<false>(rows, Hp, nt, router, H, E, e0, acc);
+    // (Unrolled, so that acc stays in registers.)
+#pragma unroll
+    for (int t = 0; t < kRouteTile; ++t)
+#pragma unroll
+      for (int e = 0; e < kRouteExperts; ++e)
+        if (lane == 0 && t < nt && e0 + e < E) {
+          const float v = acc[t][e] + __bfloat162float(router_bias[e0 + e]);
+          lg[t * E + e0 + e] = v, logits[size_t(t0 + t) * E + e0 + e] = v;
+        }
+  }
+  __syncthreads();
+  tile_choices<1>(lg, t0, nt, T, E, k, counter, idx, w, sorted, cnt, base);  // nt * k <= 8 * 16 pairs
+}
+
+// moe_norm_tiled_kernel (more than 32 experts): the rows alone (tile_rows), tiles of 2 tokens (23
+// KB of shared memory at H = 2880): several blocks an SM, so that some blocks' loads run beside
+// other blocks' norms.
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_norm_tiled_kernel(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld,
+                          float* h_out, bf16* h_mxfp4, int tile) {
+  extern __shared__ float sm[];  // [tile][Hp] rows
+  __shared__ float part[kNormTile][kRouteThreads / 32];
+  const int Hp = (H + 3) & ~3, t0 = blockIdx.x * tile, nt = min(tile, T - t0);
+  pdl_wait();
+  pdl_launch_dependents();
+  tile_rows<kNormTile>(x, gain, H, eps, q, s, ld, h_out, h_mxfp4, sm, Hp, t0, nt, part);
 }
 
 // moe_route_mma_kernel<NT>: the router logits of kMmaTokens tokens a block on the tensor cores,
@@ -111,7 +273,7 @@ __device__ inline void split3_bf16(float a, float b, uint32_t& hi, uint32_t& mid
   lo = pack_bf16(a, b);
 }
 
-template <int NT>
+template <int NT>  // even
 __global__ void __launch_bounds__(kMmaThreads, 1)
     moe_route_mma_kernel(const float* x, const bf16* gain, int T, int H, float eps, const bf16* router,
                          const bf16* router_bias, int E, int k, float* logits, int32_t* counter, int32_t* idx, float* w,
@@ -219,13 +381,9 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 #pragma unroll
     for (int j = 0; j < NT; j += 2) {
       const unsigned addr = sw_st + unsigned(j * 8 * kMmaStride * sizeof(bf16)) + koff;
-      if constexpr (NT == 1) {
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(f.b[0][0]), "=r"(f.b[0][1]) : "r"(addr));
-      } else {
-        uint32_t r[4];
-        ldmatrix_x4(r, addr);
-        f.b[j][0] = r[0], f.b[j][1] = r[1], f.b[j + 1][0] = r[2], f.b[j + 1][1] = r[3];
-      }
+      uint32_t r[4];
+      ldmatrix_x4(r, addr);
+      f.b[j][0] = r[0], f.b[j][1] = r[1], f.b[j + 1][0] = r[2], f.b[j + 1][1] = r[3];
     }
   };
   int st = 0;  // chunk ch's stage
@@ -278,49 +436,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       }
   }
   __syncthreads();
-  for (int i = warp; i < nt; i += kMmaThreads / 32)
-    warp_topk_softmax(lg + i * E, E, k, idx + size_t(t0 + i) * k, w + size_t(t0 + i) * k);
-  __syncthreads();  // idx, written by lane 0 of each warp, visible to the block
-  // The tile's pairs: their rank among the tile's pairs of their expert, then the block's place in
-  // each expert's run; pair_row holds the pair's place in its expert's run until moe_scatter_kernel.
-  constexpr int kPairsPerThread = kMmaTokens * 16 / kMmaThreads;  // k <= 16
-  const int np = nt * k;
-  int ep[kPairsPerThread], rank[kPairsPerThread];
-#pragma unroll
-  for (int u = 0; u < kPairsPerThread; ++u) {
-    const int p = threadIdx.x + u * kMmaThreads;
-    ep[u] = p < np ? idx[size_t(t0) * k + p] : -1;
-    rank[u] = ep[u] >= 0 ? atomicAdd(&cnt[ep[u]], 1) : 0;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += kMmaThreads)
-    if (cnt[e]) base[e] = atomicAdd(counter + e, cnt[e]);
-  __syncthreads();
-#pragma unroll
-  for (int u = 0; u < kPairsPerThread; ++u)
-    if (ep[u] >= 0) sorted.pair_row[size_t(t0) * k + threadIdx.x + u * kMmaThreads] = base[ep[u]] + rank[u];
-  if (!last_block_to_arrive(counter + T, int(gridDim.x))) return;
-  // The last block: each expert's run padded to a multiple of 4, the active experts, the padding
-  // rows (-1); the run lengths back to zero for the next use.
-  for (int e = threadIdx.x; e < E; e += kMmaThreads) {
-    cnt[e] = __ldcg(counter + e);
-    counter[e] = 0;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int b = 0, na = 0;
-    for (int e = 0; e < E; ++e) {
-      base[e] = b;
-      sorted.seg[e] = b;
-      b += round4(cnt[e]);
-      if (cnt[e]) sorted.active[na++] = e;
-    }
-    sorted.seg[E] = b;
-    for (; na < min(E, T * k); ++na) sorted.active[na] = -1;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += kMmaThreads)
-    for (int r = base[e] + cnt[e]; r < round4(cnt[e]) + base[e]; ++r) sorted.row_token[r] = -1;
+  tile_choices<kMmaTokens * 16 / kMmaThreads>(lg, t0, nt, T, E, k, counter, idx, w, sorted, cnt, base);  // k <= 16
 }
 
 // The pairs of a prompt chunk in their experts' runs (after moe_route_mma_kernel): pair p's row is
@@ -356,34 +472,47 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
   const size_t Hp = size_t((H + 3) & ~3);
   if (T > kRouteTiledAbove && H % kMmaCols == 0) {
     if (E > kRouteMaxExperts) fail_plain("moe_route: prompt chunks route over at most 256 experts (got " + std::to_string(E) + ")");
-    // The rows: tiles of kNormTile tokens, several blocks an SM so that some blocks' loads run
-    // beside other blocks' norms.
-    constexpr size_t kSmem = kNormTile * kRowMax * sizeof(float);
-    const int tile = kNormTile;
-    static const bool norm_attr = [] {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_norm_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(kSmem + 16 * 1024)));
-      return true;
-    }();
-    (void)norm_attr;
-    launch_pdl("route", moe_norm_tiled_kernel, unsigned((T + tile - 1) / tile), kRouteThreads, Hp * tile * sizeof(float),
-               st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, tile);
-    // The logits, the choices and the runs: n-tiles of 8 experts a warp, two warps a token group.
-    auto launch_mma = [&]<int NT>() {
-      const size_t smem = route_mma_smem(32 * NT, H);
+    if (E <= kRouteFp32MaxExperts) {
+      // Tiles of up to kRouteTile tokens (as many as about 100 KB of shared memory holds: two
+      // blocks an SM), and no larger than gives every SM two blocks of the grid.
+      constexpr size_t kSmem = 100 * 1024;
+      const int fits = int(std::clamp<size_t>(kSmem / sizeof(float) / (Hp + E), 1, kRouteTile));
+      const int tile = std::clamp(T / (2 * sm_count()), 1, fits);
       static const bool attr = [] {
-        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(route_mma_smem(32 * NT, kRowMax))));
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_tiled_kernel<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(kSmem + 16 * 1024)));
         return true;
       }();
       (void)attr;
-      launch_pdl("route", moe_route_mma_kernel<NT>, unsigned((T + kMmaTokens - 1) / kMmaTokens), kMmaThreads, smem, st, x,
-                 gain, T, H, eps, router, router_bias, E, k, logits, counters, idx, w, sorted);
-    };
-    if (E <= 32) launch_mma.template operator()<1>();
-    else if (E <= 64) launch_mma.template operator()<2>();
-    else if (E <= 128) launch_mma.template operator()<4>();
-    else launch_mma.template operator()<8>();
+      launch_pdl("route", moe_route_tiled_kernel<bf16>, unsigned((T + tile - 1) / tile), kRouteThreads,
+                 (Hp + E) * tile * sizeof(float), st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, router, router_bias,
+                 E, k, tile, logits, counters, idx, w, sorted);
+    } else {
+      // The rows: tiles of kNormTile tokens, several blocks an SM.
+      static const bool norm_attr = [] {
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_norm_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(kNormTile * kRowMax * sizeof(float))));
+        return true;
+      }();
+      (void)norm_attr;
+      launch_pdl("route", moe_norm_tiled_kernel, unsigned((T + kNormTile - 1) / kNormTile), kRouteThreads,
+                 Hp * kNormTile * sizeof(float), st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, kNormTile);
+      // The logits, the choices and the runs: n-tiles of 8 experts a warp, four warps a token group.
+      auto launch_mma = [&]<int NT>() {
+        const size_t smem = route_mma_smem(32 * NT, H);
+        static const bool attr = [] {
+          OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(route_mma_smem(32 * NT, kRowMax))));
+          return true;
+        }();
+        (void)attr;
+        launch_pdl("route", moe_route_mma_kernel<NT>, unsigned((T + kMmaTokens - 1) / kMmaTokens), kMmaThreads, smem,
+                   st, x, gain, T, H, eps, router, router_bias, E, k, logits, counters, idx, w, sorted);
+      };
+      if (E <= 64) launch_mma.template operator()<2>();
+      else if (E <= 128) launch_mma.template operator()<4>();
+      else launch_mma.template operator()<8>();
+    }
     launch_pdl("sort", moe_scatter_kernel, unsigned((T * k + 255) / 256), 256, 0, st, idx, T * k, k, sorted.seg,
                sorted.row_token, sorted.pair_row);
     return;
