@@ -16,6 +16,7 @@
 #include "kernels/cuda/fp8_rows.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/moe_route_body.cuh"
 
 namespace osprey::cuda {
@@ -24,8 +25,7 @@ namespace {
 
 // Up to this many tokens (decode steps and verify chunks, whose buckets go to 128 and more), a
 // block per (token, 8 experts) that loads its router rows before its PDL wait; above, prompt
-// chunks take moe_norm_tiled_kernel and moe_route_mma_kernel (at 128 tokens tiles of tokens took
-// a 20b batch-128 step from 20.4 to 21.4 ms).
+// chunks take tiles of tokens (at 128 tokens tiles took a 20b batch-128 step from 20.4 to 21.4 ms).
 constexpr int kRouteTiledAbove = 512;
 
 template <class W>
@@ -40,11 +40,12 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
 
 // Prompt chunks: tiles of tokens. Up to 32 experts (gpt-oss-20b) one kernel makes the rows and
 // the fp32 router sums of a tile (moe_route_tiled_kernel); above (gpt-oss-120b), the rows and the
-// logits are two kernels (moe_norm_tiled_kernel, moe_route_mma_kernel), the logits on the tensor
-// cores. Measured on an H100 (session 38, bench/probes/prefill_passes.cu route): at 128 experts
-// the two kernels take 194 us for 8,192 tokens against 399, and 109-116 against 119 for 1,024;
-// at 32 experts 173 against 190 us for 8,192 tokens but 101 against 54 for 1,024 (32 blocks of
-// 32 tokens leave most SMs idle), so the 20b keeps its fp32 kernel. The pairs' scatter follows
+// logits are two kernels (moe_norm_tiled_kernel, moe_route_wgmma_kernel), the logits on the tensor
+// cores. Measured on an H100 (session 38, bench/probes/prefill_passes.cu route) with the logits
+// by mma.sync (branch s38-route-mma): at 128 experts the two kernels took 194 us for 8,192 tokens
+// against 399, and 109-116 against 119 for 1,024; at 32 experts 173 against 190 us for 8,192
+// tokens but 101 against 54 for 1,024 (32 blocks of 32 tokens leave most SMs idle), so the 20b
+// keeps its fp32 kernel. The wgmma kernel here is not yet measured. The pairs' scatter follows
 // either.
 constexpr int kRouteTile = 8, kRouteExperts = 4, kNormTile = 2, kRouteMaxExperts = 256, kRouteFp32MaxExperts = 32;
 
@@ -233,32 +234,32 @@ __global__ void __launch_bounds__(kRouteThreads)
   tile_rows<kNormTile>(x, gain, H, eps, q, s, ld, h_out, h_mxfp4, sm, Hp, t0, nt, part);
 }
 
-// moe_route_mma_kernel<NT>: the router logits of kMmaTokens tokens a block on the tensor cores,
-// then their top-k softmax and their places in the experts' runs.
+// moe_route_wgmma_kernel<N>: the router logits of kWgTokens tokens a block on the tensor cores
+// (wgmma), then their top-k softmax and their places in the experts' runs.
 //
 // The logits. The router input is g * x (g the norm's BF16 gain), and a token's logit is
 //   r * sum_k W[e][k] (g[k] x[k]) + bias[e],   r = rsqrt(sum_k x[k]^2 / H + eps),
 // the norm's factor applied once to the sum (mathematically the router of the normalized row).
 // Each g x is split into three BF16 terms, hi + mid + lo, which carry it to about 2^-26 of its
 // size (split3_bf16): the router weights are BF16 as shipped, so every product is exact and the
-// MMAs' fp32 sums see the fp32 inputs. A token's sum runs over k16 steps in order, each adding the hi, mid and
-// lo products in that order; r's sum of squares runs per thread over its columns of each chunk,
-// then over the 8 threads of a row. Neither order depends on the tile, the row within it or T:
+// MMAs' fp32 sums see the fp32 inputs. A token's sum runs over k16 steps in order, each adding
+// the hi, mid and lo products in that order; r's sum of squares runs per thread over its 4
+// columns of each k16 step, then over the 4 threads of a row. Neither order depends on the tile, the row within it or T:
 // a token's logits are the same bits in any prompt chunk. They are not the per-token kernel's
 // (fp32 FMAs in another order): the two agree to fp32 rounding (the tests hold them within 1e-5).
 //
-// The K loop stages kMmaCols columns of x (fp32, two buffers) and of the router (BF16, kMmaStages
-// deep) by cp.async. While the warps multiply chunk c, the block makes the three terms of chunk c + 1's x (a
-// thread takes 8 values of a row) into the other of two term buffers: one barrier a chunk. Warp
-// w takes tokens 16 (w % 2) .. + 15 against experts 8 NT (w / 2) .. + 8 NT - 1 (the block covers
-// 32 NT experts; the rows past E are zeros), A and B fragments by ldmatrix, the MMAs of one term
-// over the warp's n-tiles back to back (independent accumulators).
-constexpr int kMmaTokens = 32, kMmaCols = 64, kMmaStages = 3, kMmaThreads = 256;
-constexpr int kMmaStride = kMmaCols + 8;  // BF16 rows of 144 bytes: ldmatrix without bank conflicts
-static_assert(kMmaTokens * kMmaCols == 8 * kMmaThreads, "a thread makes the terms of 8 values a chunk");
-__host__ __device__ constexpr size_t route_mma_smem(int experts_staged, int H) {
-  return 2 * kMmaTokens * kMmaCols * sizeof(float) + size_t(kMmaStages) * experts_staged * kMmaStride * sizeof(bf16) +
-         2 * 3 * kMmaTokens * kMmaStride * sizeof(bf16) + size_t(H) * sizeof(bf16);
+// The block takes kWgTokens tokens with two warpgroups, warpgroup h the experts [N h, N h + N)
+// (N = 32, 64 or 128: the block stages 2N experts, the rows past E zeros); warp w % 4 of a
+// warpgroup holds tokens 16 (w % 4) .. + 15. The K loop stages kWgCols columns of x (fp32) and of
+// the router (BF16, each expert's 64 columns one 128-byte row in the 128-byte swizzle, as wgmma's
+// K-major B reads it) by cp.async, kWgStages deep. Each k16 step a thread makes the three terms of
+// its own A fragments (m16n8k16 layout) from the staged x, and the warpgroup issues three
+// wgmma m64nNk16 with A in registers (hi, mid, lo), two steps' terms in flight.
+constexpr int kWgTokens = 64, kWgCols = 64, kWgStages = 3, kWgThreads = 256;
+constexpr int kWgXStride = kWgCols + 8;  // floats: the A fragments' 64-bit loads without bank conflicts
+__host__ __device__ constexpr size_t route_wgmma_smem(int experts_staged, int H) {
+  return 1024 /* alignment of the swizzled router */ + size_t(kWgStages) * experts_staged * kWgCols * sizeof(bf16) +
+         size_t(kWgStages) * kWgTokens * kWgXStride * sizeof(float) + size_t(H) * sizeof(float);
 }
 
 // v = hi + mid + lo to about 2^-26 of v (v in BF16's exponent range), each pair of values as a
@@ -273,173 +274,141 @@ __device__ inline void split3_bf16(float a, float b, uint32_t& hi, uint32_t& mid
   lo = pack_bf16(a, b);
 }
 
-template <int NT>  // even
-__global__ void __launch_bounds__(kMmaThreads, 1)
-    moe_route_mma_kernel(const float* x, const bf16* gain, int T, int H, float eps, const bf16* router,
-                         const bf16* router_bias, int E, int k, float* logits, int32_t* counter, int32_t* idx, float* w,
-                         MoeSorted sorted) {
-  constexpr int Ep = 32 * NT;                      // experts staged
-  constexpr int kXPieces = kMmaTokens * kMmaCols / 4 / kMmaThreads;  // 16-byte copies of x a thread, a chunk
-  constexpr int kWPieces = Ep * kMmaCols / 8 / kMmaThreads;
-  static_assert(Ep * kMmaCols / 8 % kMmaThreads == 0, "router copies: a whole number a thread");
-  constexpr unsigned kTermBytes = kMmaTokens * kMmaStride * sizeof(bf16), kWStageBytes = Ep * kMmaStride * sizeof(bf16);
-  extern __shared__ __align__(16) float smem[];
-  float* sx = smem;                                                     // [2][32][64] fp32 (chunk ch in ch % 2)
-  bf16* sw = reinterpret_cast<bf16*>(smem + 2 * kMmaTokens * kMmaCols);  // [stages][Ep][kMmaStride]
-  bf16* sa = sw + kMmaStages * Ep * kMmaStride;                                   // [2][3 terms][32][kMmaStride]
-  bf16* sg = sa + 2 * 3 * kMmaTokens * kMmaStride;                                // [H] the gain
-  float* lg = smem;  // after the K loop: [32][E] logits
-  __shared__ int cnt[kRouteMaxExperts], base[kRouteMaxExperts];
-  __shared__ float row_r[kMmaTokens];
-  const int t0 = blockIdx.x * kMmaTokens, nt = min(kMmaTokens, T - t0);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
-  const int tg = warp & 1, eq = warp >> 1;
-  const int chunks = H / kMmaCols;
-  // This thread's copies, planned once: x pieces p = tid + 256 i (row p / 16, columns 4 (p % 16)
-  // .. of each chunk), router pieces p (expert p / 8, columns 8 (p % 8) ..). A piece's source
-  // moves kMmaCols columns a chunk (H % kMmaCols == 0: every chunk is whole); a row past the
-  // tile's tokens or the experts reads nothing and stages zeros (its source stays in bounds).
+// d += the three terms' products, one wgmma each (A in registers, B the warpgroup's experts).
+template <int N>
+__device__ inline void wgmma_terms(float (&d)[N / 2], const uint32_t (&a)[3][4], uint64_t b) {
+#pragma unroll
+  for (int u = 0; u < 3; ++u) {
+    if constexpr (N == 32) sm90::wgmma_m64n32k16_bf16_rs_kmajor(d, a[u], b);
+    else if constexpr (N == 64) sm90::wgmma_m64n64k16_bf16_rs_kmajor(d, a[u], b);
+    else sm90::wgmma_m64n128k16_bf16_rs_kmajor(d, a[u], b);
+  }
+}
+
+template <int N>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    moe_route_wgmma_kernel(const float* x, const bf16* gain, int T, int H, float eps, const bf16* router,
+                           const bf16* router_bias, int E, int k, float* logits, int32_t* counter, int32_t* idx,
+                           float* w, MoeSorted sorted) {
+  constexpr int Ep = 2 * N, R = N / 2;  // experts staged; accumulators a thread
+  constexpr int kXPieces = kWgTokens * kWgCols / 4 / kWgThreads, kWPieces = Ep * kWgCols / 8 / kWgThreads;
+  static_assert(Ep * kWgCols / 8 % kWgThreads == 0, "router copies: a whole number a thread");
+  constexpr uint32_t kWStageBytes = Ep * kWgCols * sizeof(bf16);
+  extern __shared__ __align__(16) uint8_t wg_smem[];
+  uint8_t* const base = wg_smem + ((1024 - (sm90::smem_u32(wg_smem) & 1023)) & 1023);
+  float* sx = reinterpret_cast<float*>(base + kWgStages * kWStageBytes);              // [stages][64][kWgXStride]
+  float* sgf = sx + kWgStages * kWgTokens * kWgXStride;                               // [H] the gain in fp32
+  float* lg = reinterpret_cast<float*>(base);  // after the K loop: [64][E] logits (the router stages' place)
+  __shared__ int cnt[kRouteMaxExperts], base_e[kRouteMaxExperts];
+  const int t0 = blockIdx.x * kWgTokens, nt = min(kWgTokens, T - t0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int wg = warp >> 2, wr = warp & 3;
+  const int chunks = H / kWgCols;
+  // This thread's copies, planned once (every chunk is whole: H % kWgCols == 0; a row past the
+  // tile's tokens or the experts reads nothing and stages zeros, its source in bounds): x pieces p =
+  // tid + 256 i (row p / 16, columns 4 (p % 16) ..), router pieces p (expert p / 8, 16-byte unit
+  // p % 8, stored at unit (p % 8) ^ (expert % 8) of its row: the 128-byte swizzle).
   const float* x_src[kXPieces];
   const bf16* w_src[kWPieces];
-  unsigned x_dst[kXPieces], w_dst[kWPieces];
-  uint32_t x_bytes[kXPieces], w_bytes[kWPieces];
+  uint32_t x_dst[kXPieces], w_dst[kWPieces], x_bytes[kXPieces], w_bytes[kWPieces];
 #pragma unroll
   for (int i = 0; i < kXPieces; ++i) {
-    const int p = threadIdx.x + i * kMmaThreads, r = p / (kMmaCols / 4), col = 4 * (p % (kMmaCols / 4));
+    const int p = threadIdx.x + i * kWgThreads, r = p / (kWgCols / 4), col = 4 * (p % (kWgCols / 4));
     x_bytes[i] = r < nt ? 16 : 0;
     x_src[i] = x + (r < nt ? size_t(t0 + r) * H : 0) + col;
-    x_dst[i] = unsigned(__cvta_generic_to_shared(sx + r * kMmaCols + col));
+    x_dst[i] = sm90::smem_u32(sx + r * kWgXStride + col);
   }
 #pragma unroll
   for (int i = 0; i < kWPieces; ++i) {
-    const int p = threadIdx.x + i * kMmaThreads, e = p / (kMmaCols / 8), col = 8 * (p % (kMmaCols / 8));
+    const int p = threadIdx.x + i * kWgThreads, e = p / 8, u = p % 8;
     w_bytes[i] = e < E ? 16 : 0;
-    w_src[i] = router + (e < E ? size_t(e) * H : 0) + col;
-    w_dst[i] = unsigned(__cvta_generic_to_shared(sw + e * kMmaStride + col));
+    w_src[i] = router + (e < E ? size_t(e) * H : 0) + 8 * u;
+    w_dst[i] = sm90::smem_u32(base) + uint32_t(e * 128 + ((u ^ (e & 7)) << 4));
   }
-  auto copy16 = [](unsigned dst, const void* src, uint32_t bytes) {
+  auto copy16 = [](uint32_t dst, const void* src, uint32_t bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
   };
-  auto load_chunk = [&](int ch, int st) {  // chunk ch: x into x buffer ch % 2, the router into stage st
-    const int k0 = ch * kMmaCols;
-    const unsigned xb = unsigned((ch & 1) * kMmaTokens * kMmaCols * sizeof(float)), wb = unsigned(st) * kWStageBytes;
+  auto load_chunk = [&](int ch, int st) {
+    const int k0 = ch * kWgCols;
 #pragma unroll
-    for (int i = 0; i < kXPieces; ++i) copy16(x_dst[i] + xb, x_src[i] + k0, x_bytes[i]);
+    for (int i = 0; i < kXPieces; ++i)
+      copy16(x_dst[i] + uint32_t(st * kWgTokens * kWgXStride * sizeof(float)), x_src[i] + k0, x_bytes[i]);
 #pragma unroll
-    for (int i = 0; i < kWPieces; ++i) copy16(w_dst[i] + wb, w_src[i] + k0, w_bytes[i]);
+    for (int i = 0; i < kWPieces; ++i) copy16(w_dst[i] + uint32_t(st) * kWStageBytes, w_src[i] + k0, w_bytes[i]);
   };
-  // The x values whose terms this thread makes: row xr, columns 8 xc .. + 7 of each chunk.
-  const int xr = threadIdx.x / (kMmaCols / 8), xc = threadIdx.x % (kMmaCols / 8);
-  float ss = 0.0f;  // row xr: x^2 of this thread's columns
-  // The terms of chunk ch's 8 values of this thread into term buffer ch % 2.
-  auto make_terms = [&](int ch) {
-    const float* xp = sx + ((ch & 1) * kMmaTokens + xr) * kMmaCols + 8 * xc;
-    const float4 v0 = *reinterpret_cast<const float4*>(xp), v1 = *reinterpret_cast<const float4*>(xp + 4);
-    const uint4 graw = *reinterpret_cast<const uint4*>(sg + ch * kMmaCols + 8 * xc);  // H % kMmaCols == 0
-    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    const uint32_t gw[4] = {graw.x, graw.y, graw.z, graw.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss = __fmaf_rn(v[i], v[i], ss);
-    uint32_t t[3][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      split3_bf16(__fmul_rn(__uint_as_float(gw[i] << 16), v[2 * i]), __fmul_rn(__uint_as_float(gw[i] & 0xFFFF0000u), v[2 * i + 1]),
-                  t[0][i], t[1][i], t[2][i]);
-    bf16* dst = sa + ((ch & 1) * 3 * kMmaTokens + xr) * kMmaStride + 8 * xc;
-#pragma unroll
-    for (int u = 0; u < 3; ++u)
-      *reinterpret_cast<uint4*>(dst + u * kMmaTokens * kMmaStride) = make_uint4(t[u][0], t[u][1], t[u][2], t[u][3]);
-  };
-  for (int e = threadIdx.x; e < E; e += kMmaThreads) cnt[e] = 0;
-  for (int i = threadIdx.x; i < H; i += kMmaThreads) sg[i] = gain[i];  // a weight: before the wait
+  for (int e = threadIdx.x; e < E; e += kWgThreads) cnt[e] = 0;
+  for (int i = threadIdx.x; i < H; i += kWgThreads) sgf[i] = __bfloat162float(gain[i]);  // a weight: before the wait
   pdl_wait();
   pdl_launch_dependents();
 #pragma unroll
-  for (int ch = 0; ch < kMmaStages - 1; ++ch) {
+  for (int ch = 0; ch < kWgStages - 1; ++ch) {
     if (ch < chunks) load_chunk(ch, ch);
     cp_async_commit();
   }
-  cp_async_wait<kMmaStages - 2>();
-  __syncthreads();  // chunk 0 and the gain are in
-  make_terms(0);
-  float acc[NT][4] = {};
-  // ldmatrix row addresses: A (term u) matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15),
-  // (8-15, 8-15) of the warp's 16 tokens; B matrices (n-tile 2j, k 0-7), (2j, 8-15), (2j + 1,
-  // 0-7), (2j + 1, 8-15) of its experts.
-  const int a_row = tg * 16 + (lane & 15), a_col = (lane >> 4) * 8;
-  const int b_row = eq * 8 * NT + ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) * 8;
-  const unsigned sa_lane = unsigned(__cvta_generic_to_shared(sa + a_row * kMmaStride + a_col));
-  const unsigned sw_lane = unsigned(__cvta_generic_to_shared(sw + b_row * kMmaStride + b_col));
-  // One k16 step's fragments: the three terms' A, the warp's n-tiles' B.
-  struct Frags {
-    uint32_t a[3][4], b[NT][2];
-  };
-  auto load_frags = [&](Frags& f, unsigned sa_ch, unsigned sw_st, int ks) {
-    const unsigned koff = unsigned(ks * 16 * sizeof(bf16));
+  float acc[R];
 #pragma unroll
-    for (int u = 0; u < 3; ++u) ldmatrix_x4(f.a[u], sa_ch + u * kTermBytes + koff);
-#pragma unroll
-    for (int j = 0; j < NT; j += 2) {
-      const unsigned addr = sw_st + unsigned(j * 8 * kMmaStride * sizeof(bf16)) + koff;
-      uint32_t r[4];
-      ldmatrix_x4(r, addr);
-      f.b[j][0] = r[0], f.b[j][1] = r[1], f.b[j + 1][0] = r[2], f.b[j + 1][1] = r[3];
-    }
-  };
-  int st = 0;  // chunk ch's stage
+  for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+  float ss[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp: x^2 of this thread's columns
+  uint32_t a[2][3][4];         // two k16 steps' terms (a step's registers are rewritten once its wgmmas are done)
+  int step = 0;
   for (int ch = 0; ch < chunks; ++ch) {
-    cp_async_wait<0>();
-    // Chunk ch + 1 is in; the terms of chunk ch are made; every warp is past chunk ch - 1 (its
-    // router stage and its term buffer are free, and chunk ch's x buffer: its terms are made).
+    cp_async_wait<kWgStages - 2>();
+    sm90::fence_proxy_async_shared();  // the router's staged rows (generic-proxy copies) before wgmma reads them
+    // Chunk ch is in; every warp is past chunk ch - 1 (its wgmmas done), whose stage is refilled now.
     __syncthreads();
-    const int st_next = st + 1 == kMmaStages ? 0 : st + 1, st_free = st == 0 ? kMmaStages - 1 : st - 1;
-    if (ch + kMmaStages - 1 < chunks) load_chunk(ch + kMmaStages - 1, st_free);
+    if (ch + kWgStages - 1 < chunks) load_chunk(ch + kWgStages - 1, (ch + kWgStages - 1) % kWgStages);
     cp_async_commit();
-    const unsigned sa_ch = sa_lane + unsigned(ch & 1) * 3 * kTermBytes;
-    const unsigned sw_st = sw_lane + unsigned(st) * kWStageBytes;
-    // The fragments one k16 step ahead of the MMAs (the asm statements keep their order).
-    Frags f[2];
-    load_frags(f[0], sa_ch, sw_st, 0);
-    if (ch + 1 < chunks) make_terms(ch + 1);
+    const int st = ch % kWgStages, k0 = ch * kWgCols;
+    const float* xs = sx + (st * kWgTokens + wr * 16) * kWgXStride;
+    const uint64_t wdesc = sm90::desc_k128_swizzle(sm90::smem_u32(base) + uint32_t(st) * kWStageBytes + uint32_t(wg * N * 128));
 #pragma unroll
-    for (int ks = 0; ks < kMmaCols / 16; ++ks) {
-      if (ks + 1 < kMmaCols / 16) load_frags(f[(ks + 1) & 1], sa_ch, sw_st, ks + 1);
-      const Frags& g = f[ks & 1];
+    for (int ks = 0; ks < kWgCols / 16; ++ks, ++step) {
+      const int kk = ks * 16 + 2 * c;
+      const float2 g0 = *reinterpret_cast<const float2*>(sgf + k0 + kk), g1 = *reinterpret_cast<const float2*>(sgf + k0 + kk + 8);
+      sm90::wgmma_wait<1>();  // the wgmmas of two steps back, which read this step's registers, are done
+      uint32_t (&t)[3][4] = a[step & 1];
 #pragma unroll
-      for (int u = 0; u < 3; ++u)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) mma_bf16_16816(acc[j], g.a[u][0], g.a[u][1], g.a[u][2], g.a[u][3], g.b[j][0], g.b[j][1]);
+      for (int i = 0; i < 4; ++i) {  // a0 (row g, k 2c..), a1 (g + 8), a2 (g, k 2c + 8..), a3 (g + 8, k 2c + 8..)
+        const float2 v = *reinterpret_cast<const float2*>(xs + (g + 8 * (i & 1)) * kWgXStride + kk + 8 * (i >> 1));
+        const float2 gv = (i >> 1) ? g1 : g0;
+        ss[i & 1] = __fmaf_rn(v.y, v.y, __fmaf_rn(v.x, v.x, ss[i & 1]));
+        split3_bf16(__fmul_rn(gv.x, v.x), __fmul_rn(gv.y, v.y), t[0][i], t[1][i], t[2][i]);
+      }
+      sm90::fence_regs(acc);
+      sm90::wgmma_fence();
+      wgmma_terms<N>(acc, t, sm90::desc_advance(wdesc, uint32_t(ks * 32)));
+      sm90::wgmma_commit();
     }
-    st = st_next;
+    sm90::wgmma_wait<0>();  // this chunk's stage is refilled after the next barrier
+    sm90::fence_regs(acc);
   }
   cp_async_wait<0>();
-  // r of each row: the sums of its 8 threads (adjacent lanes), then into shared memory for the
-  // warps that hold the row's accumulators.
-  ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-  ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-  ss += __shfl_xor_sync(0xffffffffu, ss, 4);
-  if (xc == 0) row_r[xr] = rsqrtf(ss / float(H) + eps);
-  __syncthreads();  // the stages are free: lg takes their place; row_r is in
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int t = tg * 16 + (lane >> 2) + 8 * i;
-    const float r = row_r[t];
+    ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], 1);
+    ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], 2);
+  }
+  __syncthreads();  // both warpgroups are done with the router stages: lg takes their place
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+  for (int h = 0; h < 2; ++h) {
+    const int t = wr * 16 + g + 8 * h;
+    const float r = rsqrtf(ss[h] / float(H) + eps);
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int e = eq * 8 * NT + 8 * j + 2 * c + u;
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) {
+        const int e = wg * N + 8 * j + 2 * c + cc;
         if (t < nt && e < E) {
-          const float v = __fadd_rn(__fmul_rn(acc[j][2 * i + u], r), __bfloat162float(router_bias[e]));
+          const float v = __fadd_rn(__fmul_rn(acc[4 * j + 2 * h + cc], r), __bfloat162float(router_bias[e]));
           lg[t * E + e] = v, logits[size_t(t0 + t) * E + e] = v;
         }
       }
   }
   __syncthreads();
-  tile_choices<kMmaTokens * 16 / kMmaThreads>(lg, t0, nt, T, E, k, counter, idx, w, sorted, cnt, base);  // k <= 16
+  tile_choices<kWgTokens * 16 / kWgThreads>(lg, t0, nt, T, E, k, counter, idx, w, sorted, cnt, base_e);  // k <= 16
 }
 
-// The pairs of a prompt chunk in their experts' runs (after moe_route_mma_kernel): pair p's row is
+// The pairs of a prompt chunk in their experts' runs (after moe_route_wgmma_kernel): pair p's row is
 // its run's start plus its place in the run (what pair_row holds until now).
 __global__ void moe_scatter_kernel(const int32_t* idx, int P, int k, const int32_t* seg, int32_t* row_token,
                                    int32_t* pair_row) {
@@ -470,7 +439,7 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
   if (k > 16 || k > E) fail_plain("moe_route: at most 16 experts per token, and no more than there are");
   check_row(H, "moe_route");
   const size_t Hp = size_t((H + 3) & ~3);
-  if (T > kRouteTiledAbove && H % kMmaCols == 0) {
+  if (T > kRouteTiledAbove && H % kWgCols == 0) {
     if (E > kRouteMaxExperts) fail_plain("moe_route: prompt chunks route over at most 256 experts (got " + std::to_string(E) + ")");
     if (E <= kRouteFp32MaxExperts) {
       // Tiles of up to kRouteTile tokens (as many as about 100 KB of shared memory holds: two
@@ -497,21 +466,21 @@ void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_
       (void)norm_attr;
       launch_pdl("route", moe_norm_tiled_kernel, unsigned((T + kNormTile - 1) / kNormTile), kRouteThreads,
                  Hp * kNormTile * sizeof(float), st, x, gain, T, H, eps, q, s, ld, h_out, h_mxfp4, kNormTile);
-      // The logits, the choices and the runs: n-tiles of 8 experts a warp, four warps a token group.
-      auto launch_mma = [&]<int NT>() {
-        const size_t smem = route_mma_smem(32 * NT, H);
+      // The logits, the choices and the runs: two warpgroups of N experts.
+      auto launch_wgmma = [&]<int N>() {
+        const size_t smem = route_wgmma_smem(2 * N, H);
         static const bool attr = [] {
-          OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(route_mma_smem(32 * NT, kRowMax))));
+          OSPREY_CUDA_CHECK(cudaFuncSetAttribute(moe_route_wgmma_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(route_wgmma_smem(2 * N, kRowMax))));
           return true;
         }();
         (void)attr;
-        launch_pdl("route", moe_route_mma_kernel<NT>, unsigned((T + kMmaTokens - 1) / kMmaTokens), kMmaThreads, smem,
+        launch_pdl("route", moe_route_wgmma_kernel<N>, unsigned((T + kWgTokens - 1) / kWgTokens), kWgThreads, smem,
                    st, x, gain, T, H, eps, router, router_bias, E, k, logits, counters, idx, w, sorted);
       };
-      if (E <= 64) launch_mma.template operator()<2>();
-      else if (E <= 128) launch_mma.template operator()<4>();
-      else launch_mma.template operator()<8>();
+      if (E <= 64) launch_wgmma.template operator()<32>();
+      else if (E <= 128) launch_wgmma.template operator()<64>();
+      else launch_wgmma.template operator()<128>();
     }
     launch_pdl("sort", moe_scatter_kernel, unsigned((T * k + 255) / 256), 256, 0, st, idx, T * k, k, sorted.seg,
                sorted.row_token, sorted.pair_row);
