@@ -67,7 +67,7 @@ struct MoeSorted {
 // - Prompt chunks (more than 512 tokens, H a multiple of 64): the same rows, codes and scales bit
 //   for bit, by tiles of tokens. Up to 32 experts the same logits bit for bit too; above, the
 //   logits on the tensor cores, as r * sum W (g x) + bias with g x in three BF16 terms
-//   (moe_route.cu moe_route_mma_kernel): within fp32 rounding of the per-token kernel's. Either
+//   (moe_route.cu moe_route_wgmma_kernel): within fp32 rounding of the per-token kernel's. Either
 //   way a token's logits are the same bits in any chunk. E at most 256.
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
                const bf16* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
