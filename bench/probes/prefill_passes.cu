@@ -53,12 +53,12 @@ using osprey::probe::median_us;
 
 void route(int T, int E) {
   const int H = 2880, k = 4, KB = (H + 127) / 128, ld = (T + 3) / 4 * 4, P = moe_rows_max(T, k, E);
-  DeviceArray<float> x(size_t(T) * H), router(size_t(E) * H), s(size_t(KB) * ld), logits(size_t(T) * E), w(size_t(T) * k);
-  DeviceArray<bf16> gain(H), rbias(E);
+  DeviceArray<float> x(size_t(T) * H), s(size_t(KB) * ld), logits(size_t(T) * E), w(size_t(T) * k);
+  DeviceArray<bf16> gain(H), rbias(E), router(size_t(E) * H);  // the router BF16, as the model keeps it
   DeviceArray<uint8_t> q(size_t(T) * H);
   DeviceArray<int32_t> counters(T + 1), idx(size_t(T) * k), seg(E + 1), row_token(P), pair_row(size_t(T) * k), active(E);
   fill_uniform_f32<<<1024, 256>>>(x.ptr, x.n, 1, 4.0f);
-  fill_uniform_f32<<<1024, 256>>>(router.ptr, router.n, 2, 0.05f);
+  fill_uniform_bf16<<<1024, 256>>>(router.ptr, router.n, 2, -0.05f, 0.05f);
   fill_uniform_bf16<<<64, 256>>>(gain.ptr, gain.n, 3, 0.5f, 1.5f);
   fill_uniform_bf16<<<1, 256>>>(rbias.ptr, rbias.n, 4, -0.1f, 0.1f);
   OSPREY_CUDA_CHECK(cudaMemset(counters.ptr, 0, counters.n * 4));

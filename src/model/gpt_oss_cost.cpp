@@ -19,14 +19,14 @@ double fp8_weight_bytes(const GptOssConfig& c) {
   const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts, V = c.vocab;
   const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q);
   const double experts = E * (fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I) + 2.0 * (2 * I + H));
-  const double small = 2.0 * (Q + 2 * KV + H + c.num_heads + 2 * H + E) + 4.0 * E * H;  // biases, norms, sinks, router
+  const double small = 2.0 * (Q + 2 * KV + H + c.num_heads + 2 * H + E) + 2.0 * E * H;  // biases, norms, sinks, BF16 router
   return c.num_layers * (dense + experts + small) + fp8_matrix_bytes(V, H) + 2.0 * V * H + 2.0 * H;
 }
 
 double decode_step_bytes(const GptOssConfig& c, int b, int ctx, bool mxfp4_experts, bool fp8_kv) {
   const double H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, E = c.num_experts,
                k = c.experts_per_token;
-  const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q) + 4.0 * E * H;
+  const double dense = fp8_matrix_bytes(Q, H) + 2 * fp8_matrix_bytes(KV, H) + fp8_matrix_bytes(H, Q) + 2.0 * E * H;  // + BF16 router
   const double expert = (mxfp4_experts ? mxfp4_matrix_bytes(2 * I, H) + mxfp4_matrix_bytes(H, I)
                                        : fp8_matrix_bytes(2 * I, H) + fp8_matrix_bytes(H, I)) +
                         2.0 * (2 * I + H);  // + bf16 biases

@@ -74,7 +74,7 @@ struct Layer {
   DeviceArray<cuda::bf16> qkv16, o16;  // DenseWeights::Bf16: [Q + 2 KV][H] (q, k, v stacked), [H][Q]
   DeviceArray<cuda::bf16> qkv_bias;
   DeviceArray<cuda::bf16> attn_norm, q_bias, k_bias, v_bias, o_bias, sinks, mlp_norm, router_bias, b1, b2;
-  DeviceArray<float> router;  // [E][H] fp32 (routing as on the CPU)
+  DeviceArray<cuda::bf16> router;  // [E][H] as shipped, taken exactly to fp32 where used (routing as on the CPU)
 };
 
 // Activation rows quantized for one GEMM: codes [rows][K] and scales.
@@ -318,7 +318,7 @@ struct GptOssCudaFp8::Impl {
       d.router_bias = upload_bf16(L.router_bias, E);
       d.b1 = upload_bf16(L.mlp1.bias, size_t(E) * 2 * I);
       d.b2 = upload_bf16(L.mlp2.bias, size_t(E) * H);
-      d.router = cuda::upload_bf16_as_f32(L.router.w, size_t(E) * H);
+      d.router = upload_bf16(L.router.w, size_t(E) * H);
       d.fused_qkv = dense_bf16 || (Q % fp8::kBlock == 0 && KV % fp8::kBlock == 0);
       // The dense layers: BF16 as shipped, a converted checkpoint's FP8 as is, or converted to FP8.
       if (dense_bf16) {
@@ -357,7 +357,7 @@ struct GptOssCudaFp8::Impl {
         convert_experts(d.mlp1, L.mlp1, blocks, scales);
         convert_experts(d.mlp2, L.mlp2, blocks, scales);
       }
-      weight_bytes += 4.0 * E * H + 2.0 * (E * 3 * I + E * H);
+      weight_bytes += 2.0 * E * H + 2.0 * (E * 3 * I + E * H);  // the BF16 router, the experts' biases
       progress.advance(1);
       layers.push_back(std::move(d));
     }

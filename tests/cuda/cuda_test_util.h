@@ -49,6 +49,12 @@ inline std::vector<bf16> randbf(size_t n, uint32_t seed, float scale = 1.0f) {
   for (float f : randf(n, seed, scale)) v.push_back(f32_to_bf16(f));
   return v;
 }
+// BF16 values as the fp32 they are exactly.
+inline std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> f;
+  for (bf16 b : v) f.push_back(bf16_to_f32(b));
+  return f;
+}
 inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -67,7 +67,7 @@ struct RouteArgs {
   float* s;
   int ld;
   bf16* h_mxfp4;
-  const float* router;
+  const bf16* router;  // BF16, as the checkpoint ships it
   const bf16* router_bias;
   int E, k;
   float* logits;
@@ -362,7 +362,7 @@ void PersistentDecode::attention(const KvLayerView& L, const float* q, const bf1
 }
 
 void PersistentDecode::moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s,
-                                 int ld, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
+                                 int ld, bf16* h_mxfp4, const bf16* router, const bf16* router_bias, int E, int k,
                                  float* logits, int32_t* counters, int32_t* idx, float* w, MoeSorted sorted) {
   if (k > 16 || k > E) fail_plain("PersistentDecode::moe_route: at most 16 experts per token");
   check_row(H, "PersistentDecode::moe_route");

@@ -68,7 +68,7 @@ class PersistentDecode {
   // moe_route_body.cuh route_choices_block); block 0 also fills idx, w and sorted, which the
   // combine reads.
   void moe_route(const float* x, const bf16* gain, int rows, int H, float eps, uint8_t* q, float* s, int ld,
-                 bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k, float* logits,
+                 bf16* h_mxfp4, const bf16* router, const bf16* router_bias, int E, int k, float* logits,
                  int32_t* counters, int32_t* idx, float* w, MoeSorted sorted);
   // m_grouped_mxfp4_gemm_bf16_contiguous (the decode path's row body, 8 rows a pass), with
   // swiglu.a: the clamped SwiGLU of the outputs into swiglu.a as its epilogue (what moe_swiglu_bf16

@@ -1,5 +1,6 @@
 // Device-side math shared by several kernels (included by .cu files only).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cfloat>
@@ -43,19 +44,46 @@ __device__ inline float dot4_step(float acc, const float4& a, const float4& b) {
   return __fmaf_rn(a.w, b.w, acc);
 }
 
-// Warp-wide dot product of fp32 rows w and x of length K (float4 steps by lane when K % 4 == 0;
-// the order every fp32 router product on the GPU uses, so results agree bit for bit: lane l sums
-// the steps l, l + 32, .. in order with dot4_step, then warp_sum).
-__device__ inline float warp_dot_f32(const float* w, const float* x, int K) {
+// Four consecutive weights of a row as an fp32 float4: a row of floats as it is, a row of BF16
+// (the router as the checkpoint ships it) widened exactly, from half the bytes. Raw is what one
+// load brings (loads can be issued ahead of their use), f32 its values.
+template <class W>
+struct Weights4;
+template <>
+struct Weights4<float> {
+  using Raw = float4;
+  __device__ static Raw load(const float* row, int step) { return __ldg(reinterpret_cast<const float4*>(row) + step); }
+  __device__ static Raw zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  __device__ static float4 f32(const Raw& r) { return r; }
+  __device__ static float at(const float* row, int k) { return row[k]; }
+};
+template <>
+struct Weights4<__nv_bfloat16> {
+  using Raw = uint2;  // four BF16, the first in the low half of x
+  __device__ static Raw load(const __nv_bfloat16* row, int step) { return __ldg(reinterpret_cast<const uint2*>(row) + step); }
+  __device__ static Raw zero() { return make_uint2(0u, 0u); }
+  __device__ static float4 f32(const Raw& r) {
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
+                       __uint_as_float(r.y & 0xFFFF0000u));
+  }
+  __device__ static float at(const __nv_bfloat16* row, int k) { return __bfloat162float(row[k]); }
+};
+
+// Warp-wide dot product of rows w (fp32, or BF16 taken exactly to fp32) and x (fp32) of length K
+// (float4 steps by lane when K % 4 == 0; the order every fp32 router product on the GPU uses, so
+// results agree bit for bit: lane l sums the steps l, l + 32, .. in order with dot4_step, then
+// warp_sum).
+template <class W>
+__device__ inline float warp_dot_f32(const W* w, const float* x, int K) {
   const int lane = threadIdx.x & 31;
   float acc = 0;
   if (K % 4 == 0) {
-    const float4* w4 = reinterpret_cast<const float4*>(w);
     const float4* x4 = reinterpret_cast<const float4*>(x);
 #pragma unroll 8
-    for (int k = lane; k < K / 4; k += 32) acc = dot4_step(acc, w4[k], x4[k]);  // unrolled: 8 steps' loads in flight
+    for (int k = lane; k < K / 4; k += 32)  // unrolled: 8 steps' loads in flight
+      acc = dot4_step(acc, Weights4<W>::f32(Weights4<W>::load(w, k)), x4[k]);
   } else {
-    for (int k = lane; k < K; k += 32) acc += w[k] * x[k];
+    for (int k = lane; k < K; k += 32) acc += Weights4<W>::at(w, k) * x[k];
   }
   return warp_sum(acc);
 }

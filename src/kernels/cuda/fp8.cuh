@@ -56,16 +56,21 @@ struct MoeSorted {
 };
 
 // The MoE's routing front: RMSNorm of x [T][H] with `gain`, quantized in 1x128 blocks (and in
-// fp32 into h_out when given), the fp32 router logits (router [E][H] + bias, the products of
-// linear_f32_small, into logits [T][E]), the top-k softmax (topk_softmax): idx, w [T][k], and
-// those choices sorted by expert as moe_sort does. One kernel of T x E/8 blocks for up to 512
-// tokens; above, a kernel of tiles of tokens that share each router row (the same bits; E at most
-// 256) and the pairs' scatter. counters [T + 1] must be zero before the first call (they are left
-// zero). h_mxfp4 (optional): the normalized rows
-// also as BF16 in the MXFP4 activation layout [T][round128(H)] (what to_bf16_mxfp4_layout makes
-// of h_out), the MXFP4 experts' input.
+// fp32 into h_out when given), the router logits (router [E][H] BF16 as the checkpoint ships it,
+// + bias) into logits [T][E], the top-k softmax (topk_softmax): idx, w [T][k], and those choices
+// sorted by expert as moe_sort does. counters [T + 1] must be zero before the first call (they
+// are left zero). h_mxfp4 (optional): the normalized rows also as BF16 in the MXFP4 activation
+// layout [T][round128(H)] (what to_bf16_mxfp4_layout makes of h_out), the MXFP4 experts' input.
+// - Up to 512 tokens (decode steps, verify chunks), or H not a multiple of 64: one kernel of
+//   T x E/8 blocks; the logits are linear_f32_small's fp32 sums of the normalized rows, bit for
+//   bit (each weight taken exactly to fp32 where it is used).
+// - Prompt chunks (more than 512 tokens, H a multiple of 64): the same rows, codes and scales bit
+//   for bit, by tiles of tokens. Up to 32 experts the same logits bit for bit too; above, the
+//   logits on the tensor cores, as r * sum W (g x) + bias with g x in three BF16 terms
+//   (moe_route.cu moe_route_wgmma_kernel): within fp32 rounding of the per-token kernel's. Either
+//   way a token's logits are the same bits in any chunk. E at most 256.
 void moe_route(const float* x, const bf16* gain, int T, int H, float eps, uint8_t* q, float* s, int ld, float* h_out,
-               const float* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
+               const bf16* router, const bf16* router_bias, int E, int k, float* logits, int32_t* counters,
                int32_t* idx, float* w, MoeSorted sorted, cudaStream_t st, bf16* h_mxfp4 = nullptr);
 
 // FP8 GEMMs on the tensor cores (mma.sync e4m3) for few rows: each pass streams the weights once

@@ -59,26 +59,30 @@ __device__ inline void moe_sort_block(const int32_t* idx, int P, int k, int E, i
     for (int r = base[e] + cnt[e]; r < base[e + 1]; ++r) row_token[r] = -1;
 }
 
-// A warp's router row of expert e in registers (lane holds float4s lane, lane + 32, ..), or zeros
-// when the row does not fit that layout (then router_logit reads it from memory).
+// A warp's router row of expert e in registers as loaded (lane holds steps lane, lane + 32, ..:
+// float4s, or four BF16 in a uint2 for a BF16 router), or zeros when the row does not fit that
+// layout (then router_logit reads it from memory).
 constexpr int kRouterW4 = kRowMax / 4 / 32;
+template <class W>
+using RouterRegs = typename Weights4<W>::Raw[kRouterW4];
 __device__ inline bool router_rows_in_regs(int H) { return H % 4 == 0; }
-__device__ inline void load_router_row(const float* router, int e, int E, int H, float4 (&wr)[kRouterW4]) {
+template <class W>
+__device__ inline void load_router_row(const W* router, int e, int E, int H, RouterRegs<W>& wr) {
   const int lane = threadIdx.x & 31;
   const bool regs = router_rows_in_regs(H) && e < E;
-  const float4* w4 = reinterpret_cast<const float4*>(router + size_t(regs ? e : 0) * H);
+  const W* row = router + size_t(regs ? e : 0) * H;
 #pragma unroll
   for (int j = 0; j < kRouterW4; ++j) {
     const int i = lane + 32 * j;
-    wr[j] = regs && i < H / 4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    wr[j] = regs && i < H / 4 ? Weights4<W>::load(row, i) : Weights4<W>::zero();
   }
 }
 // Expert e's logits of N normalized rows (shared memory) without its bias: linear_f32_small's
 // products and order of sums (warp_dot_f32) for each row, from the registers when they hold the
 // router row; N > 1 keeps N independent sums in flight.
-template <int N>
-__device__ inline void router_logits(const float4 (&wr)[kRouterW4], const float* router, int e,
-                                     const float* const (&rows)[N], int H, float (&out)[N]) {
+template <int N, class W>
+__device__ inline void router_logits(const RouterRegs<W>& wr, const W* router, int e, const float* const (&rows)[N],
+                                     int H, float (&out)[N]) {
   if (!router_rows_in_regs(H)) {
 #pragma unroll
     for (int n = 0; n < N; ++n) out[n] = warp_dot_f32(router + size_t(e) * H, rows[n], H);
@@ -92,15 +96,16 @@ __device__ inline void router_logits(const float4 (&wr)[kRouterW4], const float*
   for (int j = 0; j < kRouterW4; ++j) {
     const int i = lane + 32 * j;
     if (i < H / 4) {
+      const float4 w4 = Weights4<W>::f32(wr[j]);
 #pragma unroll
-      for (int n = 0; n < N; ++n) acc[n] = dot4_step(acc[n], wr[j], reinterpret_cast<const float4*>(rows[n])[i]);
+      for (int n = 0; n < N; ++n) acc[n] = dot4_step(acc[n], w4, reinterpret_cast<const float4*>(rows[n])[i]);
     }
   }
 #pragma unroll
   for (int n = 0; n < N; ++n) out[n] = warp_sum(acc[n]);
 }
-__device__ inline float router_logit(const float4 (&wr)[kRouterW4], const float* router, int e, const float* row,
-                                     int H) {
+template <class W>
+__device__ inline float router_logit(const RouterRegs<W>& wr, const W* router, int e, const float* row, int H) {
   const float* const rows[1] = {row};
   float out[1];
   router_logits<1>(wr, router, e, rows, H, out);
@@ -144,9 +149,10 @@ __device__ inline bool last_block_to_arrive(int32_t* counter, int blocks) {
 // registers are the most any of its phases needs). kChoicesLater: only the norm and the logits
 // (counter, idx, w and sorted unused); every block of the persistent kernel's next phase takes
 // the top-k and the sort itself (route_choices_block) instead of one block while the others wait.
-template <class Sync, bool kRouterInRegs = true, bool kChoicesLater = false>
+// W: the router's element type (bf16 as the checkpoint ships it, or float).
+template <class Sync, bool kRouterInRegs = true, bool kChoicesLater = false, class W>
 __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, float eps, uint8_t* q, float* s, int ld,
-                                      float* h_out, bf16* h_mxfp4, const float* router, const bf16* router_bias, int E, int k,
+                                      float* h_out, bf16* h_mxfp4, const W* router, const bf16* router_bias, int E, int k,
                                       float* logits, int32_t* counter, int32_t* idx, float* w, MoeSorted sorted,
                                       VBlock blk, const Sync& sync) {
   extern __shared__ float row[];  // [H] normalized row, then [E] logits for the top-k
@@ -154,7 +160,7 @@ __device__ inline void moe_route_body(const float* x, const bf16* gain, int H, f
   const int e = rb * kExpertsPerRouteBlock + warp;
   // The warp's router row is a weight: into registers before pdl_wait, while the kernel before
   // this one (the o-projection) is still finishing.
-  float4 wr[kRouterInRegs ? kRouterW4 : 1];
+  RouterRegs<W> wr;  // (unused without kRouterInRegs: the compiler drops it)
   if constexpr (kRouterInRegs) load_router_row(router, e, E, H, wr);
   sync.wait();
   sync.release();
