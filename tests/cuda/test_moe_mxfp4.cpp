@@ -126,8 +126,9 @@ void GroupedGemmCase(int T, bool tiled, int E, int k, int N, int K) {
   // The other paths sum in the same order (the same K splits, the same MMA slots): the same bits,
   // so a row's result does not depend on how many rows its step has. Hints 1 and 2 also read the
   // routing before the PDL wait (ExpertRows::routed_early, as the second GEMM does); 8 takes the
-  // row path's 8-row passes, 16 its 16-row passes, 32 the wide path, 64 the tiled one.
-  for (int hint : {1, 2, 8, 16, 32, 64}) {
+  // row path's 8-row passes, 16 its 16-row passes, 32 the wide path, 64 the tiled one in 64-row
+  // tiles, 256 in 128-row tiles (moe_gemm_mxfp4.cu tiled_mt).
+  for (int hint : {1, 2, 8, 16, 32, 64, 256}) {
     if (hint == in.rows.rows_per_expert) continue;
     SCOPED_TRACE("against rows_per_expert " + std::to_string(hint));
     Dev<float> y2(size_t(in.P) * N);
@@ -164,15 +165,15 @@ TEST_P(MoeMxfp4, GroupedGemmEqualsCpuTwin) {
 // the fp32 product, bit for bit, over every position of the live rows (the zeros past N / 2
 // included: the buffers start poisoned). The one-wave decode kernel computes it in its epilogue:
 // 1 token top-4 of 8 experts (one pass), and 9 tokens top-1 of 4 (expert 0 gets all 9: two
-// passes). 3 and 129 tokens take the other decode kernel, the wide and the tiled paths, which
-// run the SwiGLU kernel after the product.
+// passes). 3 and 129 tokens take the other decode kernel, the wide and the tiled paths (both tile
+// heights), which run the SwiGLU kernel after the product.
 TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
   const int N = 2 * 1440, K = 2880, I = N / 2, Ip = mxfp4_act_cols(I);
   struct Case {
     int E, k, T;
   };
   for (const Case cs : {Case{8, 4, 1}, Case{4, 1, 9}, Case{8, 4, 3}, Case{8, 4, 129}})
-    for (int hint : {std::min(16, 2 * cs.T), 32, 64}) {
+    for (int hint : {std::min(16, 2 * cs.T), 32, 64, 256}) {
       const int E = cs.E, k = cs.k, T = cs.T;
       SCOPED_TRACE("T " + std::to_string(T) + " top-" + std::to_string(k) + " of " + std::to_string(E) +
                    ", rows_per_expert " + std::to_string(hint));

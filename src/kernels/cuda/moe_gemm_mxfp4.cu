@@ -59,18 +59,33 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prefill: 128 rows (tokens, M side) x 128 weight rows (N side) per block, 128 columns per stage,
-// three stages; 8 warps as 2 x 4, each 64 x 32. blockIdx.x walks the row tiles of all experts in
-// expert order (each expert's run cut into tiles of 128 rows), blockIdx.y the weight-row tiles.
-// The K blocks are summed in ks splits as the decode path splits them (split 0 from the bias, each
-// later split's sum added to the output in order), so a row's result is the same on both paths.
-constexpr int kTM = 128, kTN = 128, kTStages = 3;
+// Prefill: kTM = 32 kMT rows (tokens, M side) x 128 weight rows (N side) per block, 128 columns per
+// stage, three stages; 8 warps as 2 x 4, each 16 kMT x 32. blockIdx.x walks the row tiles of all
+// experts in expert order (each expert's run cut into tiles of kTM rows), blockIdx.y the
+// weight-row tiles. The K blocks are summed in ks splits as the decode path splits them (split 0
+// from the bias, each later split's sum added to the output in order), so a row's result is the
+// same on both paths and with either tile height.
+constexpr int kTN = 128, kTStages = 3;
 constexpr int kAStride = kBlk * 2 + 64;  // bytes of a staged activation row (16-byte loads conflict-free)
-constexpr int kAStage = kTM * kAStride, kBStage = kTN / 16 * kMxfp4TileBytes;  // B: 8 weight tiles
-constexpr int kTStageBytes = kAStage + kBStage;
+constexpr int kBStage = kTN / 16 * kMxfp4TileBytes;  // B: 8 weight tiles
+__host__ __device__ constexpr int tiled_rows(int mt) { return 32 * mt; }
+__host__ __device__ constexpr int tiled_stage_bytes(int mt) { return tiled_rows(mt) * kAStride + kBStage; }
 
-__global__ void __launch_bounds__(kWarps * 32, 1)
+// The tile height for runs of about rows_per_expert / 2 rows an expert (the hint is twice the
+// mean): 64 rows (kMT 2, two blocks an SM) up to 64 rows an expert on average, else 128 (kMT 4,
+// one block an SM). A tile's cost is mostly its weight decode, whatever its height, so the best
+// tile is the one that leaves the fewest tiles with few padding rows. Measured on an H100 (session
+// 39, `bench --moe-batches`, both GEMMs of a layer, ms, 128 rows against 64 against 32):
+// 120b shape at 1,024 tokens (32 rows an expert) 4.10 / 2.55 / 2.64, 1,536 (48) 4.22 / 2.64 /
+// 3.57, 2,048 (64) 4.34 / 3.84 / 4.46, 3,072 (96) 4.51 / 5.17 / 6.20; the 20b shape at 384
+// tokens (48) 1.08 / 0.71 / 0.92, 768 (96) 1.12 / 1.32 / 1.56. 32-row tiles never won.
+int tiled_mt(int rows_per_expert) { return rows_per_expert / 2 <= 64 ? 2 : 4; }
+
+template <int kMT>
+__global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     mxfp4_tiled_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
+  constexpr int kTM = tiled_rows(kMT), kAStage = kTM * kAStride, kTStageBytes = tiled_stage_bytes(kMT);
+  constexpr int kAPieces = kTM / 16;  // activation pieces a thread copies a stage
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int tile_start[257];
   __shared__ int found[2];
@@ -104,11 +119,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int nb = int(blockIdx.y) * kTN;
   const uint8_t* We = W.tiles + mxfp4_tiles_bytes(N, K) * e;
 
-  // This thread's copy work per stage: 8 activation pieces (rows tid/16 + 16 i, piece tid % 16),
-  // and pieces tid, tid + 256, .. of the 8 weight tiles (68 pieces each).
-  const bf16* a_src[8];
+  // This thread's copy work per stage: kAPieces activation pieces (rows tid/16 + 16 i, piece
+  // tid % 16), and pieces tid, tid + 256, .. of the 8 weight tiles (68 pieces each).
+  const bf16* a_src[kAPieces];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kAPieces; ++i) {
     const int r = m0 + tid / 16 + 16 * i;
     const int s = r < m_end ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
     a_src[i] = s >= 0 ? x + size_t(s) * Kp + (tid % 16) * 8 : nullptr;
@@ -117,7 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if (kb < KB) {
       uint8_t* st = smem + (kb % kTStages) * kTStageBytes;
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int i = 0; i < kAPieces; ++i)
         cp_async16(st + (tid / 16 + 16 * i) * kAStride + (tid % 16) * 16, a_src[i] ? a_src[i] + kb * kBlk : x,
                    a_src[i] != nullptr);
       uint8_t* bs = st + kAStage;
@@ -131,15 +146,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     cp_async_commit();
   };
 
-  const int wm = warp / 4, wn = warp % 4;  // warp tile: rows wm*64 .., weight rows wn*32 ..
-  float acc[4][4][4];
+  const int wm = warp / 4, wn = warp % 4;  // warp tile: rows wm*16*kMT .., weight rows wn*32 ..
+  float acc[kMT][4][4];
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
     const int n = nb + wn * 32 + nt * 8 + 2 * c;
     const float b0 = W.bias && n < N ? __bfloat162float(W.bias[size_t(e) * N + n]) : 0.0f;
     const float b1 = W.bias && n + 1 < N ? __bfloat162float(W.bias[size_t(e) * N + n + 1]) : 0.0f;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) acc[mt][nt][0] = b0, acc[mt][nt][1] = b1, acc[mt][nt][2] = b0, acc[mt][nt][3] = b1;
+    for (int mt = 0; mt < kMT; ++mt) acc[mt][nt][0] = b0, acc[mt][nt][1] = b1, acc[mt][nt][2] = b0, acc[mt][nt][3] = b1;
   }
   const int per_split = (KB + ks - 1) / ks;
   for (int i = 0; i < kTStages - 1; ++i) issue(i);
@@ -163,10 +178,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const bool any_big = __any_sync(0xffffffffu, big);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {  // steps 2u, 2u + 1: word u of each weight group
-      uint4 a_lo[4], a_hi[4];
+      uint4 a_lo[kMT], a_hi[kMT];
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        const uint8_t* ar = st + (wm * 64 + mt * 16 + g) * kAStride + u * 64 + c * 16;
+      for (int mt = 0; mt < kMT; ++mt) {
+        const uint8_t* ar = st + (wm * 16 * kMT + mt * 16 + g) * kAStride + u * 64 + c * 16;
         a_lo[mt] = *reinterpret_cast<const uint4*>(ar);
         a_hi[mt] = *reinterpret_cast<const uint4*>(ar + 8 * kAStride);
       }
@@ -180,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           if (any_big && f[nt].big) b[j] = mul_bf16x2(b[j], f[nt].b);
         }
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
+        for (int mt = 0; mt < kMT; ++mt) {
           mma_bf16_16816(acc[mt][nt], a_lo[mt].x, a_hi[mt].x, a_lo[mt].y, a_hi[mt].y, b[0], b[1]);
           mma_bf16_16816(acc[mt][nt], a_lo[mt].z, a_hi[mt].z, a_lo[mt].w, a_hi[mt].w, b[2], b[3]);
         }
@@ -189,13 +204,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if ((kb + 1) % per_split == 0 || kb + 1 == KB) {  // a split ends: into the output, in split order
       const bool first = kb < per_split;
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int n = nb + wn * 32 + nt * 8 + 2 * c;
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int r = m0 + wm * 64 + mt * 16 + g + 8 * half;
+            const int r = m0 + wm * 16 * kMT + mt * 16 + g + 8 * half;
             float* out = y + size_t(r) * N + n;
             float v0 = acc[mt][nt][2 * half], v1 = acc[mt][nt][2 * half + 1];
             acc[mt][nt][2 * half] = acc[mt][nt][2 * half + 1] = 0.0f;
@@ -395,15 +410,19 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int row_tiles = W.N / 16, sms = sm_count();
   const int ks = mxfp4_k_splits(W.N, W.K, sms);
   constexpr size_t kMaxSmem = 200 * 1024;
-  // Up to 48 rows an expert the decode paths; beyond, 128-row tiles.
+  // Up to 48 rows an expert the decode paths; beyond, tiles of tiled_mt's height.
   if (rows.rows_per_expert > 48) {
     static std::once_flag once;
     std::call_once(once, [] {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             kTStages * kTStageBytes));
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             kTStages * tiled_stage_bytes(2)));
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             kTStages * tiled_stage_bytes(4)));
     });
-    const dim3 grid(unsigned((rows.rows + kTM - 1) / kTM + W.experts), unsigned((W.N + kTN - 1) / kTN));
-    launch_pdl("gemm", mxfp4_tiled_kernel, grid, kWarps * 32, size_t(kTStages) * kTStageBytes, st, W, x, rows, y, ks);
+    const int mt = tiled_mt(rows.rows_per_expert), tm = tiled_rows(mt);
+    const dim3 grid(unsigned((rows.rows + tm - 1) / tm + W.experts), unsigned((W.N + kTN - 1) / kTN));
+    auto* kernel = mt == 2 ? mxfp4_tiled_kernel<2> : mxfp4_tiled_kernel<4>;
+    launch_pdl("gemm", kernel, grid, kWarps * 32, size_t(kTStages) * tiled_stage_bytes(mt), st, W, x, rows, y, ks);
     swiglu_after();
     return;
   }
