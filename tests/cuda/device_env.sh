@@ -14,6 +14,18 @@ M=${MODELS:-/root/osprey_models}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$M" "$OUT"
 
+# unpack DIR DEST: every DIR/NAME.xz (binaries built on the CPU machine and carried compressed,
+# .devcarry/...) decompressed to DEST/NAME, executable. Device scripts call it before anything
+# else, e.g. `unpack .devcarry/s39/b build/b`.
+unpack() {
+  local f
+  mkdir -p "$2"
+  for f in "$1"/*.xz; do
+    [ -e "$f" ] || { echo "unpack: no .xz files in $1" >&2; return 1; }
+    xz -d -c "$f" > "$2/$(basename "${f%.xz}")" && chmod +x "$2/$(basename "${f%.xz}")"
+  done
+}
+
 # cuda_tests: the CUDA tests that TEST_FILTER selects (default all) unless SKIP_TESTS is set, logged
 # to $OUT/tests.log, their summary and failures printed. sanitize_tests FILTER: compute-sanitizer
 # memcheck and racecheck over those tests (device_sanitize.sh), at most SANITIZE_S seconds.
