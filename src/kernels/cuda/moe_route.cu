@@ -41,12 +41,12 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* x
 // Prompt chunks: tiles of tokens. Up to 32 experts (gpt-oss-20b) one kernel makes the rows and
 // the fp32 router sums of a tile (moe_route_tiled_kernel); above (gpt-oss-120b), the rows and the
 // logits are two kernels (moe_norm_tiled_kernel, moe_route_wgmma_kernel), the logits on the tensor
-// cores. Measured on an H100 (session 38, bench/probes/prefill_passes.cu route) with the logits
-// by mma.sync (branch s38-route-mma): at 128 experts the two kernels took 194 us for 8,192 tokens
-// against 399, and 109-116 against 119 for 1,024; at 32 experts 173 against 190 us for 8,192
-// tokens but 101 against 54 for 1,024 (32 blocks of 32 tokens leave most SMs idle), so the 20b
-// keeps its fp32 kernel. The wgmma kernel here is not yet measured. The pairs' scatter follows
-// either.
+// cores. Measured on an H100 (bench/probes/prefill_passes.cu route, docs/PERF.md sessions 38 and
+// 39): at 128 experts the two kernels with this wgmma logits kernel take 177 us for 8,192 tokens
+// against the fp32 tiled kernel's 398-400, and 106 against 121 for 1,024 (the mma.sync variant it
+// replaced: 194 and 116-117). At 32 experts the two-kernel route (mma.sync logits) took 173
+// against 190 us for 8,192 tokens but 101 against 54 for 1,024 (32 blocks of 32 tokens leave most
+// SMs idle), so the 20b keeps its fp32 kernel. The pairs' scatter follows either.
 constexpr int kRouteTile = 8, kRouteExperts = 4, kNormTile = 2, kRouteMaxExperts = 256, kRouteFp32MaxExperts = 32;
 
 // The rows of a tile of nt tokens from t0 (H % 4 == 0), made as moe_route_kernel makes them, bit
