@@ -17,12 +17,13 @@ set +e
 trap 'cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; date
 prefill() {  # prefill MODEL_DIR LENS TIMEOUT NAMES..
-  local d=$1 lens=$2 to=$3 n; shift 3
+  local d=$1 lens=$2 to=$3 n i=0 f; shift 3
   for n in "$@"; do
+    i=$((i + 1)); f=$OUT/prefill_$(basename $d)_${i}_$n.txt
     echo "-- $(basename $d) $n"
     timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens $lens --prefill-reps 4 \
-      --batches 1 --contexts 2048 --steps 4 > $OUT/prefill_$(basename $d)_$n.txt 2>&1
-    grep -E "^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror|loaded" $OUT/prefill_$(basename $d)_$n.txt
+      --batches 1 --contexts 2048 --steps 4 > $f 2>&1
+    grep -E "^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror|loaded" $f
   done
 }
 if [ "${1:-a}" = a ]; then
