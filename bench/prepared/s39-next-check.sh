@@ -4,17 +4,18 @@
 # s39-tiled-one-decode: warps 1 x 8 at both tile heights, each weight decoded once a tile), v12
 # (that branch with 1 x 8 for 64-row tiles only), w32 (main with W4A8 from 32 rows an expert on
 # average, kMxfp4LtRowsPerExpert = 32, osprey only), wg (branch s39-mxfp4-wgmma-tiled: the tiled
-# GEMM on wgmma, each K block's weights decoded once into shared memory).
+# GEMM on wgmma, each K block's weights decoded once into shared memory), wgbf (wg with W4A8 off:
+# kMxfp4LtRowsPerExpert = 2^20, so every prompt chunk's experts run BF16 on the wgmma tiles, exact).
 # Carry .devcarry/lib and .devcarry/s40, then run
-#   bash bench/prepared/s39-next-check.sh a   # tests, memcheck, MoE tables, 20b prefill (about 4 min)
-#   bash bench/prepared/s39-next-check.sh b   # 120b prefill of 1k, 2k and 8k prompts (about 6 min)
+#   bash bench/prepared/s39-next-check.sh a   # tests, memcheck, MoE tables, 20b prefill (about 5 min)
+#   bash bench/prepared/s39-next-check.sh b   # 120b prefill of 1k, 2k and 8k prompts (about 7-9 min)
 # and land wg, v11 or v12 if its tests pass and its MoE table and prefill beat main's (wg's tiled
 # sums may differ from the decode path's in the last bits: then its bit-equality test fails while
 # the CPU-twin bound holds, and landing it means giving up that batch invariance); lower the W4A8
 # threshold only with the fidelity table of the shorter W4A8 chunks (docs/FIDELITY.md).
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
-for n in main v11 v12 w32 wg; do unpack .devcarry/s40/$n build/$n; done
+for n in main v11 v12 w32 wg wgbf; do unpack .devcarry/s40/$n build/$n; done
 cp build/main/osprey build/osprey
 set +e
 trap 'cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/' EXIT
@@ -46,8 +47,9 @@ if [ "${1:-a}" = a ]; then
   done; done; done
   D=$(synth_dir 20b)
   prefill $D 256,384,512,768,1024 40 main wg v11 w32 main wg
+  prefill $D 2048,4096,8192 40 wg wgbf wg wgbf
 else
   D=$(synth_dir 120b)
-  prefill $D 1024,2048,8192 120 main wg w32
+  prefill $D 1024,2048,8192 120 main wg w32 wgbf
 fi
 date
