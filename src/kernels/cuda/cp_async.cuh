@@ -19,6 +19,10 @@ __device__ inline void cp_async16(void* smem, const void* gmem, bool ok) {
 __device__ inline void cp_async16_shared(unsigned dst, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
 }
+// The same, reading `bytes` of the 16 (the rest zeros; 0: gmem is not read).
+__device__ inline void cp_async16_shared(unsigned dst, const void* gmem, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes) : "memory");
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }

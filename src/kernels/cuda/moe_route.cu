@@ -325,16 +325,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     w_src[i] = router + (e < E ? size_t(e) * H : 0) + 8 * u;
     w_dst[i] = sm90::smem_u32(base) + uint32_t(e * 128 + ((u ^ (e & 7)) << 4));
   }
-  auto copy16 = [](uint32_t dst, const void* src, uint32_t bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-  };
   auto load_chunk = [&](int ch, int st) {
     const int k0 = ch * kWgCols;
 #pragma unroll
     for (int i = 0; i < kXPieces; ++i)
-      copy16(x_dst[i] + uint32_t(st * kWgTokens * kWgXStride * sizeof(float)), x_src[i] + k0, x_bytes[i]);
+      cp_async16_shared(x_dst[i] + uint32_t(st * kWgTokens * kWgXStride * sizeof(float)), x_src[i] + k0, x_bytes[i]);
 #pragma unroll
-    for (int i = 0; i < kWPieces; ++i) copy16(w_dst[i] + uint32_t(st) * kWStageBytes, w_src[i] + k0, w_bytes[i]);
+    for (int i = 0; i < kWPieces; ++i) cp_async16_shared(w_dst[i] + uint32_t(st) * kWStageBytes, w_src[i] + k0, w_bytes[i]);
   };
   for (int e = threadIdx.x; e < E; e += kWgThreads) cnt[e] = 0;
   for (int i = threadIdx.x; i < H; i += kWgThreads) sgf[i] = __bfloat162float(gain[i]);  // a weight: before the wait
