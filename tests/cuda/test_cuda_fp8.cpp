@@ -1151,6 +1151,18 @@ TEST_P(Fp8Tokens, AddBiasAccumulateEqualsAddBiasThenAdd) {
 // largest), the same experts wherever the k-th and the next logit are further apart than that,
 // and the same weights to 1e-5. 32 experts (gpt-oss-20b) and 128 (120b), twice (the counters
 // reset themselves).
+// The largest |ref| and the largest |got - ref|: the route's tensor-core logits are held within
+// 1e-5 of the largest fp32 logit.
+struct LogitsGap {
+  float big = 0, worst = 0;
+};
+LogitsGap logits_gap(const std::vector<float>& ref, const std::vector<float>& got) {
+  LogitsGap d;
+  for (size_t i = 0; i < ref.size(); ++i)
+    d.big = std::max(d.big, std::fabs(ref[i])), d.worst = std::max(d.worst, std::fabs(got[i] - ref[i]));
+  return d;
+}
+
 void MoeRouteCase(int T, int E) {
   const int H = 2880, k = 4, ld = fp8::round4(T), KB = fp8::blocks(H);
   auto x = randf(size_t(T) * H, 110, 4.0f);
@@ -1187,8 +1199,7 @@ void MoeRouteCase(int T, int E) {
     const auto lf = logits.get(), lm = l2.get();
     const auto if32 = i1.get(), im = i2.get();
     const auto wf = w1.get(), wm = w2.get();
-    float big = 0, worst = 0;
-    for (size_t i = 0; i < lf.size(); ++i) big = std::max(big, std::fabs(lf[i])), worst = std::max(worst, std::fabs(lf[i] - lm[i]));
+    const auto [big, worst] = logits_gap(lf, lm);
     EXPECT_LE(worst, 1e-5f * big) << "T " << T << " E " << E;
     int compared = 0;
     for (int t = 0; t < T; ++t) {
@@ -1270,9 +1281,7 @@ TEST(CudaFp8, MoeRouteTiledRowsEqualPerTokenRows) {
     if (E <= 32) {
       EXPECT_EQ(lt, per_token.logits);
     } else {
-      float big = 0, worst = 0;
-      for (size_t i = 0; i < lt.size(); ++i)
-        big = std::max(big, std::fabs(per_token.logits[i])), worst = std::max(worst, std::fabs(lt[i] - per_token.logits[i]));
+      const auto [big, worst] = logits_gap(per_token.logits, lt);
       EXPECT_GT(big, 0.5f);
       EXPECT_LE(worst, 1e-5f * big);
     }
