@@ -31,6 +31,9 @@ prefill() {  # prefill MODEL_DIR LENS TIMEOUT NAMES..
   done
 }
 if [ "${1:-a}" = a ]; then
+  echo "== tests main (all)"
+  timeout 120 build/main/tests > $OUT/tests_main.log 2>&1
+  grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|tests from .* ran" $OUT/tests_main.log | head -12
   for n in wg v11 v12; do echo "== tests $n"
     timeout 100 build/$n/tests --gtest_filter='*Mxfp4*:CudaFp8Model.*' > $OUT/tests_$n.log 2>&1
     grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|tests from .* ran" $OUT/tests_$n.log | head -12
