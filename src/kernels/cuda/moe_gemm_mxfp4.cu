@@ -60,7 +60,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
 // ---------------------------------------------------------------------------------------------
 // Prefill: kTM = 32 kMT rows (tokens, M side) x 128 weight rows (N side) per block, 128 columns per
-// stage, three stages; 8 warps as 2 x 4, each 16 kMT x 32. blockIdx.x walks the row tiles of all
+// stage, three stages; 8 warps as kWM x (8 / kWM), each kTM / kWM rows x 128 kWM / 8 weight rows.
+// A warp decodes its own weight rows, so with kWM = 1 each weight of the tile is decoded once
+// (kWM = 2: twice, once a warp row). blockIdx.x walks the row tiles of all
 // experts in expert order (each expert's run cut into tiles of kTM rows), blockIdx.y the
 // weight-row tiles. The K blocks are summed in ks splits as the decode path splits them (split 0
 // from the bias, each later split's sum added to the output in order), so a row's result is the
@@ -80,11 +82,21 @@ __host__ __device__ constexpr int tiled_stage_bytes(int mt) { return tiled_rows(
 // 3.57, 2,048 (64) 4.34 / 3.84 / 4.46, 3,072 (96) 4.51 / 5.17 / 6.20; the 20b shape at 384
 // tokens (48) 1.08 / 0.71 / 0.92, 768 (96) 1.12 / 1.32 / 1.56. 32-row tiles never won.
 int tiled_mt(int rows_per_expert) { return rows_per_expert / 2 <= 64 ? 2 : 4; }
+// The warp rows (kWM) of each tile height: one, so that each weight is decoded once a tile (64-row
+// tiles: 128 registers, 24 bytes of spill; 128-row: 230 registers). Measured on an H100 (session
+// 40, `bench --moe-batches`, both GEMMs of a layer, us, kWM 2 against 1): 120b shape at 1,024
+// tokens 2,540 / 2,115, 2,048 3,766 / 3,213, 3,072 4,431 / 4,069, 4,096 6,454 / 5,945; 20b at 256
+// 659 / 543, 768 1,125 / 1,031.
+constexpr int kTiledWM2 = 1, kTiledWM4 = 1;
 
-template <int kMT>
+template <int kMT, int kWM>
 __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     mxfp4_tiled_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
   constexpr int kTM = tiled_rows(kMT), kAStage = kTM * kAStride, kTStageBytes = tiled_stage_bytes(kMT);
+  constexpr int kWN = kWarps / kWM, kWarpRows = kTM / kWM, kWarpCols = kTN / kWN;
+  constexpr int kMTW = kWarpRows / 16, kNTW = kWarpCols / 8;  // a warp's m16 and n8 MMA tiles
+  static_assert(kWarps % kWM == 0 && kTM % kWM == 0, "the warps split the tile evenly");
+  static_assert(kWarpRows % 16 == 0 && kWarpCols % 16 == 0, "a warp takes whole 16-row weight tiles");
   constexpr int kAPieces = kTM / 16;  // activation pieces a thread copies a stage
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int tile_start[257];
@@ -146,15 +158,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     cp_async_commit();
   };
 
-  const int wm = warp / 4, wn = warp % 4;  // warp tile: rows wm*16*kMT .., weight rows wn*32 ..
-  float acc[kMT][4][4];
+  const int wm = warp / kWN, wn = warp % kWN;  // warp tile: rows wm*kWarpRows .., weight rows wn*kWarpCols ..
+  float acc[kMTW][kNTW][4];
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const int n = nb + wn * 32 + nt * 8 + 2 * c;
+  for (int nt = 0; nt < kNTW; ++nt) {
+    const int n = nb + wn * kWarpCols + nt * 8 + 2 * c;
     const float b0 = W.bias && n < N ? __bfloat162float(W.bias[size_t(e) * N + n]) : 0.0f;
     const float b1 = W.bias && n + 1 < N ? __bfloat162float(W.bias[size_t(e) * N + n + 1]) : 0.0f;
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) acc[mt][nt][0] = b0, acc[mt][nt][1] = b1, acc[mt][nt][2] = b0, acc[mt][nt][3] = b1;
+    for (int mt = 0; mt < kMTW; ++mt) acc[mt][nt][0] = b0, acc[mt][nt][1] = b1, acc[mt][nt][2] = b0, acc[mt][nt][3] = b1;
   }
   const int per_split = (KB + ks - 1) / ks;
   for (int i = 0; i < kTStages - 1; ++i) issue(i);
@@ -164,12 +176,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     issue(kb + kTStages - 1);
     const uint8_t* st = smem + (kb % kTStages) * kTStageBytes;
     const uint8_t* bs = st + kAStage;
-    uint4 wv[4];
-    E8m0Factors f[4];
+    uint4 wv[kNTW];
+    E8m0Factors f[kNTW];
     bool big = false;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int nl = wn * 32 + nt * 8 + g;
+    for (int nt = 0; nt < kNTW; ++nt) {
+      const int nl = wn * kWarpCols + nt * 8 + g;
       const uint8_t* tile = bs + (nl / 16) * kMxfp4TileBytes;
       wv[nt] = *reinterpret_cast<const uint4*>(tile + (nl % 16) * 64 + c * 16);
       f[nt] = e8m0_factors(tile[1024 + (nl % 16) * 4 + c]);
@@ -178,15 +190,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     const bool any_big = __any_sync(0xffffffffu, big);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {  // steps 2u, 2u + 1: word u of each weight group
-      uint4 a_lo[kMT], a_hi[kMT];
+      uint4 a_lo[kMTW], a_hi[kMTW];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        const uint8_t* ar = st + (wm * 16 * kMT + mt * 16 + g) * kAStride + u * 64 + c * 16;
+      for (int mt = 0; mt < kMTW; ++mt) {
+        const uint8_t* ar = st + (wm * kWarpRows + mt * 16 + g) * kAStride + u * 64 + c * 16;
         a_lo[mt] = *reinterpret_cast<const uint4*>(ar);
         a_hi[mt] = *reinterpret_cast<const uint4*>(ar + 8 * kAStride);
       }
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNTW; ++nt) {
         const uint32_t word = u == 0 ? wv[nt].x : u == 1 ? wv[nt].y : u == 2 ? wv[nt].z : wv[nt].w;
         uint32_t b[4];
 #pragma unroll
@@ -195,7 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
           if (any_big && f[nt].big) b[j] = mul_bf16x2(b[j], f[nt].b);
         }
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
+        for (int mt = 0; mt < kMTW; ++mt) {
           mma_bf16_16816(acc[mt][nt], a_lo[mt].x, a_hi[mt].x, a_lo[mt].y, a_hi[mt].y, b[0], b[1]);
           mma_bf16_16816(acc[mt][nt], a_lo[mt].z, a_hi[mt].z, a_lo[mt].w, a_hi[mt].w, b[2], b[3]);
         }
@@ -204,13 +216,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     if ((kb + 1) % per_split == 0 || kb + 1 == KB) {  // a split ends: into the output, in split order
       const bool first = kb < per_split;
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+      for (int mt = 0; mt < kMTW; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int n = nb + wn * 32 + nt * 8 + 2 * c;
+        for (int nt = 0; nt < kNTW; ++nt) {
+          const int n = nb + wn * kWarpCols + nt * 8 + 2 * c;
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int r = m0 + wm * 16 * kMT + mt * 16 + g + 8 * half;
+            const int r = m0 + wm * kWarpRows + mt * 16 + g + 8 * half;
             float* out = y + size_t(r) * N + n;
             float v0 = acc[mt][nt][2 * half], v1 = acc[mt][nt][2 * half + 1];
             acc[mt][nt][2 * half] = acc[mt][nt][2 * half + 1] = 0.0f;
@@ -414,14 +426,14 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   if (rows.rows_per_expert > 48) {
     static std::once_flag once;
     std::call_once(once, [] {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<2, kTiledWM2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kTStages * tiled_stage_bytes(2)));
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<4, kTiledWM4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kTStages * tiled_stage_bytes(4)));
     });
     const int mt = tiled_mt(rows.rows_per_expert), tm = tiled_rows(mt);
     const dim3 grid(unsigned((rows.rows + tm - 1) / tm + W.experts), unsigned((W.N + kTN - 1) / kTN));
-    auto* kernel = mt == 2 ? mxfp4_tiled_kernel<2> : mxfp4_tiled_kernel<4>;
+    auto* kernel = mt == 2 ? mxfp4_tiled_kernel<2, kTiledWM2> : mxfp4_tiled_kernel<4, kTiledWM4>;
     launch_pdl("gemm", kernel, grid, kWarps * 32, size_t(kTStages) * tiled_stage_bytes(mt), st, W, x, rows, y, ks);
     swiglu_after();
     return;
