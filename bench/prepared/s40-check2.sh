@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Prepared in session 40, not run (no device came for it): the combined tiled MXFP4 prompt GEMM
 # (bench/prepared/s40-tiled-combo.patch, branch s40-tiled-combo: 128-row tiles on wgmma, 64-row
-# tiles on mma.sync 1 x 8 as main has them) against main. Build main into .devcarry/s40/main and
-# the patched tree into .devcarry/s40b/combo (osprey.xz and tests.xz: build/osprey and
-# build/tests/osprey_cuda_tests, xz-compressed), carry .devcarry/lib, .devcarry/s40 and
-# .devcarry/s40b, then (SKIP_PREFILL=1: tests, memcheck and the MoE tables only, about 3 min;
-# SKIP_120B=1: without the 120b)
+# tiles on mma.sync 1 x 8 as main has them) against main. The builds (after scripts/build.sh):
+#   mkdir -p .devcarry/s40/main .devcarry/lib && cp /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 .devcarry/lib/
+#   xz -c build/osprey > .devcarry/s40/main/osprey.xz && xz -c build/tests/osprey_cuda_tests > .devcarry/s40/main/tests.xz
+#   python3 bench/variant_build.py bench/prepared/s40-tiled-combo.patch .devcarry/s40b/combo
+# Carry .devcarry/lib, .devcarry/s40 and .devcarry/s40b, then (SKIP_PREFILL=1: tests, memcheck and
+# the MoE tables only, about 3 min; SKIP_120B=1: without the 120b)
 #   bash bench/prepared/s40-check2.sh
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
