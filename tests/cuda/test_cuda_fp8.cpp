@@ -1142,15 +1142,6 @@ TEST_P(Fp8Tokens, AddBiasAccumulateEqualsAddBiasThenAdd) {
     }
 }
 
-// The MoE front: its fp32 rows match rmsnorm_to_f32 within 1e-6 (another reduction order), its
-// codes and scales are quantize_act_1x128 of exactly those rows. Up to 512 tokens (blocks of 8
-// experts, the last one for a token doing the top-k), and for prompt chunks (more than 512
-// tokens) of up to 32 experts, its router logits and top-k are linear_f32_small and topk_softmax
-// of those rows bit for bit. Prompt chunks of more experts take their logits from the tensor
-// cores (three BF16 terms of each input): within 1e-5 of linear_f32_small's (relative to the
-// largest), the same experts wherever the k-th and the next logit are further apart than that,
-// and the same weights to 1e-5. 32 experts (gpt-oss-20b) and 128 (120b), twice (the counters
-// reset themselves).
 // The largest |ref| and the largest |got - ref|: the route's tensor-core logits are held within
 // 1e-5 of the largest fp32 logit.
 struct LogitsGap {
@@ -1163,6 +1154,15 @@ LogitsGap logits_gap(const std::vector<float>& ref, const std::vector<float>& go
   return d;
 }
 
+// The MoE front: its fp32 rows match rmsnorm_to_f32 within 1e-6 (another reduction order), its
+// codes and scales are quantize_act_1x128 of exactly those rows. Up to 512 tokens (blocks of 8
+// experts, the last one for a token doing the top-k), and for prompt chunks (more than 512
+// tokens) of up to 32 experts, its router logits and top-k are linear_f32_small and topk_softmax
+// of those rows bit for bit. Prompt chunks of more experts take their logits from the tensor
+// cores (three BF16 terms of each input): within 1e-5 of linear_f32_small's (relative to the
+// largest), the same experts wherever the k-th and the next logit are further apart than that,
+// and the same weights to 1e-5. 32 experts (gpt-oss-20b) and 128 (120b), twice (the counters
+// reset themselves).
 void MoeRouteCase(int T, int E) {
   const int H = 2880, k = 4, ld = fp8::round4(T), KB = fp8::blocks(H);
   auto x = randf(size_t(T) * H, 110, 4.0f);

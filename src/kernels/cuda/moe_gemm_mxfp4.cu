@@ -82,12 +82,12 @@ __host__ __device__ constexpr int tiled_stage_bytes(int mt) { return tiled_rows(
 // 3.57, 2,048 (64) 4.34 / 3.84 / 4.46, 3,072 (96) 4.51 / 5.17 / 6.20; the 20b shape at 384
 // tokens (48) 1.08 / 0.71 / 0.92, 768 (96) 1.12 / 1.32 / 1.56. 32-row tiles never won.
 int tiled_mt(int rows_per_expert) { return rows_per_expert / 2 <= 64 ? 2 : 4; }
-// The warp rows (kWM) of each tile height: one, so that each weight is decoded once a tile (64-row
+// The warp rows (kWM) of both tile heights: one, so that each weight is decoded once a tile (64-row
 // tiles: 128 registers, 24 bytes of spill; 128-row: 230 registers). Measured on an H100 (session
 // 40, `bench --moe-batches`, both GEMMs of a layer, us, kWM 2 against 1): 120b shape at 1,024
 // tokens 2,540 / 2,115, 2,048 3,766 / 3,213, 3,072 4,431 / 4,069, 4,096 6,454 / 5,945; 20b at 256
 // 659 / 543, 768 1,125 / 1,031.
-constexpr int kTiledWM2 = 1, kTiledWM4 = 1;
+constexpr int kTiledWM = 1;
 
 template <int kMT, int kWM>
 __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
@@ -426,14 +426,14 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   if (rows.rows_per_expert > 48) {
     static std::once_flag once;
     std::call_once(once, [] {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<2, kTiledWM2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<2, kTiledWM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kTStages * tiled_stage_bytes(2)));
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<4, kTiledWM4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_kernel<4, kTiledWM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kTStages * tiled_stage_bytes(4)));
     });
     const int mt = tiled_mt(rows.rows_per_expert), tm = tiled_rows(mt);
     const dim3 grid(unsigned((rows.rows + tm - 1) / tm + W.experts), unsigned((W.N + kTN - 1) / kTN));
-    auto* kernel = mt == 2 ? mxfp4_tiled_kernel<2, kTiledWM2> : mxfp4_tiled_kernel<4, kTiledWM4>;
+    auto* kernel = mt == 2 ? mxfp4_tiled_kernel<2, kTiledWM> : mxfp4_tiled_kernel<4, kTiledWM>;
     launch_pdl("gemm", kernel, grid, kWarps * 32, size_t(kTStages) * tiled_stage_bytes(mt), st, W, x, rows, y, ks);
     swiglu_after();
     return;
