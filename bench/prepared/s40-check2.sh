@@ -16,19 +16,8 @@ cp build/main/osprey build/osprey
 set +e
 trap 'cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; date
-summary() { grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|tests from .* ran" "$1" | head -12; }
-prefill() {  # prefill MODEL_DIR LENS TIMEOUT NAMES..
-  local d=$1 lens=$2 to=$3 n i=0 f; shift 3
-  for n in "$@"; do
-    i=$((i + 1)); f=$OUT/prefill_$(basename $d)_${i}_$n.txt
-    echo "-- $(basename $d) $n"
-    timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens $lens --prefill-reps 4 \
-      --batches 1 --contexts 2048 --steps 4 > $f 2>&1
-    grep -E "^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror" $f | head -12
-  done
-}
 echo "== tests combo (all)"
-timeout 100 build/combo/tests > $OUT/tests_combo.log 2>&1; summary $OUT/tests_combo.log
+timeout 100 build/combo/tests > $OUT/tests_combo.log 2>&1; gtest_summary $OUT/tests_combo.log
 echo "== memcheck combo"
 timeout 60 compute-sanitizer --tool memcheck build/combo/tests --gtest_filter='*MoeMxfp4*' > $OUT/memcheck_combo.txt 2>&1
 grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_combo.txt | head -4
@@ -38,9 +27,9 @@ for n in main combo; do for m in 120b 20b; do
   timeout 40 build/$n/osprey bench --backend cuda --model bench/shapes/$m --prefill-lens "" --batches "" --moe-batches $b \
     --steps 32 > $OUT/moe_${m}_${n}.txt 2>&1; grep -E "mxfp4 \||rror" $OUT/moe_${m}_${n}.txt
 done; done
-[ -z "${SKIP_PREFILL:-}" ] && { D=$(synth_dir 20b); prefill $D 256,512,768,1024 40 main combo; }
+[ -z "${SKIP_PREFILL:-}" ] && { D=$(synth_dir 20b); prefill_builds $D 256,512,768,1024 40 main combo; }
 if [ -z "${SKIP_120B:-}${SKIP_PREFILL:-}" ]; then  # SKIP_120B=1: without the 120b (its synthesis and loads take about 4 min)
   D=$(synth_dir 120b)
-  prefill $D 1024,2048,3072 120 main combo
+  prefill_builds $D 1024,2048,3072 120 main combo
 fi
 date

@@ -67,6 +67,23 @@ synth_dir() {
   echo $dir
 }
 
+# gtest_summary LOG: a gtest log's verdict lines and failures.
+gtest_summary() { grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|tests from .* ran" "$1" | head -12; }
+
+# prefill_builds MODEL_DIR LENS TIMEOUT NAMES..: `bench --backend cuda --weights mxfp4` of the
+# prompt lengths LENS (comma-separated) with each build build/NAME/osprey in turn, at most TIMEOUT
+# seconds each, into $OUT/prefill_<model>_<i>_<NAME>.txt; prints each table's prefill rows.
+prefill_builds() {
+  local d=$1 lens=$2 to=$3 n i=0 f; shift 3
+  for n in "$@"; do
+    i=$((i + 1)); f=$OUT/prefill_$(basename $d)_${i}_$n.txt
+    echo "-- $(basename $d) $n"
+    timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens $lens --prefill-reps 4 \
+      --batches 1 --contexts 2048 --steps 4 > $f 2>&1
+    grep -E "^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror" $f | head -12
+  done
+}
+
 # agreement LABEL A B: prints how many leading tokens the comma-separated streams A and B share.
 agreement() {
   python3 -c "import sys; a=sys.argv[2].split(','); b=sys.argv[3].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'{sys.argv[1]}: cuda and cpu agree on the first {n} of {len(a)} tokens')" "$@"
