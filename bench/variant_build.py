@@ -39,7 +39,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("patch")
     ap.add_argument("out")
-    ap.add_argument("--define", action="append", nargs=3, default=[], metavar=("HEADER", "OLD", "NEW"))
+    ap.add_argument("--define", action="append", nargs=3, default=[], metavar=("FILE", "OLD", "NEW"))
     ap.add_argument("--no-tests", action="store_true")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(BUILD, "build.ninja")):
@@ -70,9 +70,10 @@ def main():
                 obj_deps[cur] = []
             elif line.strip() and cur:
                 obj_deps[cur].append(os.path.normpath(os.path.join(BUILD, line.strip())))
+        commands = {t: run(["ninja", "-C", BUILD, "-t", "commands", t]).splitlines() for t, _ in targets}
         objects = {}  # object -> (compile command, its source relative to the repository)
         for target, _ in targets:
-            for cmd in run(["ninja", "-C", BUILD, "-t", "commands", target]).splitlines():
+            for cmd in commands[target]:
                 m = re.search(r" -o (\S+\.o) ", cmd + " ")
                 src = re.search(r" -c (\S+\.(?:cu|cpp))", cmd)
                 if m and src and src.group(1).startswith(ROOT + "/"):
@@ -109,7 +110,7 @@ def main():
             run(["ar", "r", lib] + members)
         os.makedirs(a.out, exist_ok=True)
         for target, name in targets:
-            link = run(["ninja", "-C", BUILD, "-t", "commands", target]).splitlines()[-1]
+            link = commands[target][-1]
             dest = os.path.join(work, name)
             link = link.replace(" libosprey_lib.a ", f" {shlex.quote(lib)} ")
             for obj, out in rebuilt.items():  # the binary's own objects
