@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 41, third W4A8 register-operand check (the packed tile words decoded as the conversion
-# does): its tests and the 20b prefill against main. Builds and carry as bench/prepared/s41-rs.sh.
+# does): its tests and the 20b prefill against main. Builds and carry as docs/device_logs/s41_call1_script.sh (run from bench/prepared/).
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 for n in main rs; do unpack .devcarry/s41/$n build/$n; done
