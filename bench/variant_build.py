@@ -5,10 +5,12 @@ library's go into a copy of build/libosprey_lib.a), and osprey and the CUDA test
 them; both binaries are written xz-compressed to OUT (what tests/cuda/device_env.sh's `unpack`
 expects).
 
-  python3 bench/variant_build.py PATCH OUT [--define FILE OLD NEW ...] [--no-tests]
+  python3 bench/variant_build.py PATCH|branch:NAME|- OUT [--define FILE OLD NEW ...] [--no-tests]
 
-PATCH may be '-' (no patch: HEAD as it is, e.g. with --define only). --define replaces OLD by NEW in
-src/FILE of the variant's tree, where OLD must occur exactly once (e.g. --define
+PATCH may be '-' (no patch: HEAD as it is, e.g. with --define only), or branch:NAME: what branch
+NAME changed since it left HEAD's history (git diff from their merge base to NAME, applied with
+--3way), so that a branch made before HEAD's latest merges does not undo them. --define replaces
+OLD by NEW in src/FILE of the variant's tree, where OLD must occur exactly once (e.g. --define
 model/gpt_oss_forward.h 'kMxfp4LtRowsPerExpert = 128' 'kMxfp4LtRowsPerExpert = 32'). A changed file
 recompiles every object of osprey and of the CUDA tests (the library's and their own) whose source
 it is or whose dependency list (ninja -t deps) names it. build/ must be configured and built at HEAD
@@ -49,9 +51,20 @@ def main():
     run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", tree, "HEAD"])
     try:
         changed = set()
-        if a.patch != "-":
+        if a.patch.startswith("branch:"):
+            name = a.patch[len("branch:"):]
+            base = run(["git", "-C", ROOT, "merge-base", "HEAD", name]).strip()
+            patch = os.path.join(work, "branch.patch")
+            with open(patch, "w") as f:
+                f.write(run(["git", "-C", ROOT, "diff", base, name]))
+            try:
+                run(["git", "-C", tree, "apply", "--3way", patch])
+            except subprocess.CalledProcessError as e:
+                fail(f"branch {name}'s changes since {base[:10]} do not apply to HEAD: {e.stderr.strip()}")
+        elif a.patch != "-":
             run(["git", "-C", tree, "apply", os.path.abspath(a.patch)])
-            changed |= set(run(["git", "-C", tree, "diff", "--name-only"]).split())
+        if a.patch != "-":
+            changed |= set(run(["git", "-C", tree, "diff", "--name-only", "HEAD"]).split())
         for rel, old, new in a.define:
             path = os.path.join(tree, "src", rel)
             text = open(path).read()
