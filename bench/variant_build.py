@@ -53,7 +53,10 @@ def main():
         changed = set()
         if a.patch.startswith("branch:"):
             name = a.patch[len("branch:"):]
-            base = run(["git", "-C", ROOT, "merge-base", "HEAD", name]).strip()
+            try:
+                base = run(["git", "-C", ROOT, "merge-base", "HEAD", name]).strip()
+            except subprocess.CalledProcessError as e:
+                fail(f"no merge base of HEAD and {name!r}: {e.stderr.strip()}")
             patch = os.path.join(work, "branch.patch")
             with open(patch, "w") as f:
                 f.write(run(["git", "-C", ROOT, "diff", base, name]))
