@@ -68,8 +68,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "seed of the random prompt");
   cmd->add_option("--membw-mib", args->membw_mib, "cpu: buffer size for the bandwidth measurement")->check(CLI::PositiveNumber);
   cmd->add_option("--backend", args->backend, "cpu | cuda (the FP8 Hopper path)")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--prefill-lens", cu->prefill_lens, "cuda: prompt lengths to time");
-  cmd->add_option("--batches", cu->batches, "cuda: decode batch sizes");
+  cmd->add_option("--prefill-lens", cu->prefill_lens, "cuda: prompt lengths to time (\"\": none)");
+  cmd->add_option("--batches", cu->batches, "cuda: decode batch sizes (\"\": none)");
   cmd->add_option("--contexts", cu->contexts, "cuda: decode context lengths");
   cmd->add_option("--prefill-reps", cu->prefill_reps, "cuda: runs per prompt length (the best is kept)")
       ->check(CLI::PositiveNumber);

@@ -103,15 +103,21 @@ void run_bench_cuda(const BenchCudaArgs& a) {
     write_json(a.json, {{"moe_gemms", moe}});
     return;
   }
-  const std::vector<int32_t> prefill_lens = positive(a.prefill_lens, "--prefill-lens"),
-                             batches = positive(a.batches, "--batches"), contexts = positive(a.contexts, "--contexts");
-  const std::vector<int32_t> verify_ks = a.verify_ks.empty() ? std::vector<int32_t>{} : positive(a.verify_ks, "--verify-k");
+  // An empty --prefill-lens times decode steps alone, an empty --batches prompts alone.
+  auto list = [&](const std::string& s, const char* option) {
+    return s.empty() ? std::vector<int32_t>{} : positive(s, option);
+  };
+  const std::vector<int32_t> prefill_lens = list(a.prefill_lens, "--prefill-lens"), batches = list(a.batches, "--batches"),
+                             contexts = positive(a.contexts, "--contexts");
+  const std::vector<int32_t> verify_ks = list(a.verify_ks, "--verify-k");
   const std::vector<int32_t> verify_batches = positive(a.verify_batches, "--verify-batches");
   const int max_draft = verify_ks.empty() ? 0 : *std::max_element(verify_ks.begin(), verify_ks.end());
-  int max_batch = *std::max_element(batches.begin(), batches.end());
+  int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
   if (max_draft > 0) max_batch = std::max(max_batch, *std::max_element(verify_batches.begin(), verify_batches.end()));
-  const int max_ctx = std::max(*std::max_element(contexts.begin(), contexts.end()) + a.steps + 2,
-                               *std::max_element(prefill_lens.begin(), prefill_lens.end()) + 2);
+  int max_ctx = 2;
+  if (!batches.empty() || max_draft > 0)
+    max_ctx = std::max(max_ctx, *std::max_element(contexts.begin(), contexts.end()) + a.steps + 2);
+  if (!prefill_lens.empty()) max_ctx = std::max(max_ctx, *std::max_element(prefill_lens.begin(), prefill_lens.end()) + 2);
   const double bw = GptOssCudaFp8::measure_copy_bandwidth();
   log_info("device copy bandwidth {:.0f} GB/s (read + write)", bw / 1e9);
   const nlohmann::json moe = a.moe_batches.empty() ? nlohmann::json() : bench_moe_gemms(a, positive(a.moe_batches, "--moe-batches"), bw);
@@ -155,8 +161,10 @@ void run_bench_cuda(const BenchCudaArgs& a) {
                         {"persistent_blocks_per_sm", a.decode_kernel.blocks},
                         {"sampling", {{"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}}}};
   if (!moe.is_null()) out["moe_gemms"] = moe;
-  fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
-  fmt::print("|---:|---:|---:|---:|---:|---:|\n");
+  if (!prefill_lens.empty()) {
+    fmt::print("| prefill tokens | latency (ms) | tokens/s | TFLOP/s | of FP8 ceiling | $ per M input tokens |\n");
+    fmt::print("|---:|---:|---:|---:|---:|---:|\n");
+  }
   for (int n : prefill_lens) {
     std::vector<int32_t> prompt = random_tokens(n);
     double best = 1e30;
@@ -174,13 +182,16 @@ void run_bench_cuda(const BenchCudaArgs& a) {
     fmt::print("| {} | {:.1f} | {:.0f} | {:.1f} | {:.3f} | {:.4f} |\n", n, best * 1e3, n / best, tflops,
                tflops / a.fp8_tflops, usd);
   }
-  fmt::print("\ndecode steps select tokens on the GPU: {}\n",
-             a.temperature > 0.0f ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
-                                  : std::string("argmax"));
-  a.decode_kernel.require(model, batches, "bench");
+  if (!batches.empty()) {
+    fmt::print("\ndecode steps select tokens on the GPU: {}\n",
+               a.temperature > 0.0f
+                   ? fmt::format("sampled (temperature {}, top-p {}, top-k {})", a.temperature, a.top_p, a.top_k)
+                   : std::string("argmax"));
+    a.decode_kernel.require(model, batches, "bench");
+    fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
+    fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
+  }
   bool timeline_written = false;
-  fmt::print("\n| context | batch | step (ms) | tokens/s | GB/s moved | of copy bandwidth | $ per M output tokens |\n");
-  fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ctx : contexts)
     for (int b : batches) {
       nlohmann::json row = {{"context", ctx}, {"batch", b}};

@@ -740,6 +740,17 @@ TEST(BenchCli, NothingToTimeIsRefused) {
                  "--moe-batches");
 }
 
+// An empty --prefill-lens times decode steps alone and an empty --batches prompts alone: neither
+// is refused as an empty entry (here the run then fails at the model, which does not exist).
+TEST(BenchCli, EmptyPrefillOrBatchListIsAccepted) {
+  for (const std::string lists : {"--prefill-lens '' --batches 1", "--prefill-lens 64 --batches ''"}) {
+    auto r = test::run_cli("bench --backend cuda --model /nonexistent/dir " + lists);
+    EXPECT_NE(r.exit_code, 0) << lists;
+    EXPECT_EQ(r.err.find("empty entry"), std::string::npos) << lists << ": " << r.err;
+  }
+  expect_refused("bench --backend cuda --model /nonexistent/dir --prefill-lens 64,,128 --batches 1", "empty entry");
+}
+
 // `generate --prompts`: one model load, one output line per prompt, each what `--tokens` gives.
 TEST(GenerateCli, PromptsFileEqualsOneRunPerPrompt) {
   test::TempDir d;
