@@ -3,9 +3,9 @@
 
   python3 bench/targets.py LABEL=FILE.json ...
 
-Labels (bench/targets.sh writes these): 20b (MXFP4 experts, per-op decode), 20b-persistent (the
-persistent decode kernel), 20b-fp8 (FP8 experts), 120b, 120b-persistent. A missing file or
-point is reported as not measured, a point that did not fit as such. Prints a markdown table:
+Labels: 20b (MXFP4 experts, per-op decode), 20b-persistent (the persistent decode kernel), 20b-fp8
+(FP8 experts), 120b, 120b-persistent (bench/targets.sh writes all but the last). A missing file or
+point is reported as not measured, a point that did not fit as such; an unknown label is refused. Prints a markdown table:
 each target, what it asks, what was measured (with its fraction of the bench's ceiling), met or
 not.
 """
@@ -13,32 +13,52 @@ import json
 import sys
 
 
+LABELS = ("20b", "20b-persistent", "20b-fp8", "120b", "120b-persistent")
+
+
 def load(args):
     runs = {}
     for a in args:
         label, _, path = a.partition("=")
-        if not path:
+        if not label or not path:
             sys.exit(f"targets.py: expected LABEL=FILE, got {a!r}")
+        if label not in LABELS:
+            sys.exit(f"targets.py: unknown label {label!r} (one of {', '.join(LABELS)})")
         try:
             with open(path) as f:
-                runs[label] = json.load(f)
+                run = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
             print(f"targets.py: {label}: {e}", file=sys.stderr)
+            continue
+        if not isinstance(run, dict):
+            print(f"targets.py: {label}: {path} is not a bench --json object", file=sys.stderr)
+            continue
+        runs[label] = run
     return runs
 
 
+def points(runs, label, key):
+    """The run's rows of `key` that are objects (a missing run, key or null: none)."""
+    rows = (runs.get(label) or {}).get(key) or []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
 def prefill(runs, label, tokens):
-    for p in runs.get(label, {}).get("prefill", []):
-        if p["tokens"] == tokens:
-            return p
-    return None
+    """The fastest row of that prompt length (a run may hold several, e.g. a sweep of a setting)."""
+    rows = [p for p in points(runs, label, "prefill") if p.get("tokens") == tokens and "tokens_per_s" in p]
+    return max(rows, key=lambda p: p["tokens_per_s"]) if rows else None
 
 
 def decode(runs, label, batch, context):
-    for d in runs.get(label, {}).get("decode", []):
-        if d["batch"] == batch and d["context"] == context:
+    for d in points(runs, label, "decode"):
+        if d.get("batch") == batch and d.get("context") == context:
             return d
     return None
+
+
+def cell(text):
+    """Text made safe for a markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def main():
@@ -104,7 +124,7 @@ def main():
     print("| issue | target | wanted | measured | of its ceiling | met |")
     print("|---:|---|---:|---:|---:|---|")
     for r in rows:
-        print("| " + " | ".join(str(x) for x in r) + " |")
+        print("| " + " | ".join(cell(x) for x in r) + " |")
     met = sum(r[-1] == "yes" for r in rows)
     print(f"\n{met} of {len(rows)} targets met. Ceilings: prefill as a fraction of the FP8 tensor ceiling, decode of the "
           "copy bandwidth (the bench's own columns).")

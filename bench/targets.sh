@@ -27,4 +27,4 @@ if [ -z "${SKIP_120B:-}" ]; then
     --contexts 8192 --steps 16
   labels="$labels 120b=$OUT/targets_120b.json"
 fi
-python3 "$(dirname "$0")/targets.py" $labels | tee $OUT/targets.md
+python3 bench/targets.py $labels | tee $OUT/targets.md
