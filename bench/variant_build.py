@@ -53,21 +53,27 @@ def main():
         changed = set()
         if a.patch.startswith("branch:"):
             name = a.patch[len("branch:"):]
+            if not name or name.startswith("-"):
+                fail(f"branch:NAME needs a branch name, got {name!r}")
             try:
-                base = run(["git", "-C", ROOT, "merge-base", "HEAD", name]).strip()
+                base = run(["git", "-C", ROOT, "merge-base", "HEAD", name, "--"]).strip()
             except subprocess.CalledProcessError as e:
                 fail(f"no merge base of HEAD and {name!r}: {e.stderr.strip()}")
+            # The patch from plumbing (git diff-tree), which no user configuration reformats.
+            diff = run(["git", "-C", ROOT, "diff-tree", "-p", "--binary", "--no-color", base, name, "--"])
+            if not diff.strip():
+                fail(f"branch {name} changes nothing since its merge base with HEAD (already merged?)")
             patch = os.path.join(work, "branch.patch")
             with open(patch, "w") as f:
-                f.write(run(["git", "-C", ROOT, "diff", base, name]))
+                f.write(diff)
             try:
                 run(["git", "-C", tree, "apply", "--3way", patch])
             except subprocess.CalledProcessError as e:
                 fail(f"branch {name}'s changes since {base[:10]} do not apply to HEAD: {e.stderr.strip()}")
         elif a.patch != "-":
-            run(["git", "-C", tree, "apply", os.path.abspath(a.patch)])
-        if a.patch != "-":
-            changed |= set(run(["git", "-C", tree, "diff", "--name-only", "HEAD"]).split())
+            run(["git", "-C", tree, "apply", "--index", os.path.abspath(a.patch)])
+        if a.patch != "-":  # staged and unstaged, new files included (both applies update the index)
+            changed |= set(p for p in run(["git", "-C", tree, "diff", "--name-only", "-z", "HEAD"]).split("\0") if p)
         for rel, old, new in a.define:
             path = os.path.join(tree, "src", rel)
             text = open(path).read()
