@@ -54,6 +54,81 @@ int tiled_mt(int rows_per_expert) { return rows_per_expert / 2 <= 64 ? 2 : 4; }
 // / 2,209, 2,048 3,766 / 3,213; 20b at 256 659 / 543, 512 1,005 / 847.
 constexpr int kTiledWM = 1;
 
+// The row tile of this block (blockIdx.x walks every expert's run cut into tiles of kTM rows, in
+// expert order): expert e, rows m0 .. m_end - 1 of the sorted rows (m_end: the expert's end; a tile
+// can stop short of it). find: a block-wide prefix sum of the experts' tile counts; false (the
+// same for the whole block) past the last tile.
+template <int kTM>
+struct TiledBlock {
+  int e = 0, m0 = 0, m_end = 0;
+  __device__ bool find(const ExpertRows& rows, int E) {
+    __shared__ int tile_start[257];
+    __shared__ int found[2];
+    const int tid = threadIdx.x;
+    for (int i = tid; i <= E; i += blockDim.x) {
+      int n = 0;
+      if (i < E) n = (__ldcg(rows.seg + i + 1) - __ldcg(rows.seg + i) + kTM - 1) / kTM;
+      tile_start[i] = n;
+    }
+    __syncthreads();
+    if (tid == 0) {  // E <= 256 adds
+      int run = 0;
+      for (int i = 0; i <= E; ++i) {
+        const int n = tile_start[i];
+        tile_start[i] = run;
+        run += n;
+      }
+    }
+    __syncthreads();
+    const int t_global = int(blockIdx.x);
+    if (t_global >= tile_start[E]) return false;
+    for (int i = tid; i < E; i += blockDim.x)
+      if (tile_start[i] <= t_global && t_global < tile_start[i + 1]) found[0] = i;
+    __syncthreads();
+    e = found[0];
+    m0 = __ldcg(rows.seg + e) + (t_global - tile_start[e]) * kTM, m_end = __ldcg(rows.seg + e + 1);
+    return true;
+  }
+};
+
+// A thread's copy work for a stage of a tile of kTM rows, in both tiled kernels (kWarps * 32
+// threads): kTM / 16 activation pieces (rows tid / 16 + 16 i, piece tid % 16; a_src: their first
+// K block, null past the expert's rows) and pieces tid, tid + 256, .. of the 8 weight tiles from
+// weight row nb of expert We (68 pieces each), cp.async into stage kb % kTStages of smem, then a
+// commit (also past the last K block, so that the waits count groups alike).
+template <int kTM>
+__device__ inline void tiled_stage_sources(const bf16* x, const ExpertRows& rows, const TiledBlock<kTM>& blk, int KB,
+                                           const bf16* (&a_src)[kTM / 16]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kTM / 16; ++i) {
+    const int r = blk.m0 + tid / 16 + 16 * i;
+    const int s = r < blk.m_end ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
+    a_src[i] = s >= 0 ? x + size_t(s) * (KB * kBlk) + (tid % 16) * 8 : nullptr;
+  }
+}
+template <int kTM>
+__device__ inline void tiled_stage_issue(uint8_t* smem, int kb, const bf16* const (&a_src)[kTM / 16], const bf16* x,
+                                         const uint8_t* We, int nb, int N, int KB) {
+  constexpr int kAStage = kTM * kAStride, kStageBytes = kAStage + kBStage;
+  const int tid = threadIdx.x;
+  if (kb < KB) {
+    uint8_t* st = smem + (kb % kTStages) * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kTM / 16; ++i)
+      cp_async16(st + (tid / 16 + 16 * i) * kAStride + (tid % 16) * 16, a_src[i] ? a_src[i] + kb * kBlk : x,
+                 a_src[i] != nullptr);
+    uint8_t* bs = st + kAStage;
+    constexpr int kPieces = kMxfp4TileBytes / 16;
+    for (int i = tid; i < kTN / 16 * kPieces; i += kWarps * 32) {
+      const int t = nb / 16 + i / kPieces;  // the weight tile
+      const bool ok = t < N / 16;
+      cp_async16(bs + i * 16, ok ? We + (size_t(t) * KB + kb) * kMxfp4TileBytes + (i % kPieces) * 16 : We, ok);
+    }
+  }
+  cp_async_commit();
+}
+
 template <int kMT, int kWM>
 __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
     mxfp4_tiled_mma_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
@@ -62,66 +137,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
   constexpr int kMTW = kWarpRows / 16, kNTW = kWarpCols / 8;  // a warp's m16 and n8 MMA tiles
   static_assert(kWarps % kWM == 0 && kTM % kWM == 0, "the warps split the tile evenly");
   static_assert(kWarpRows % 16 == 0 && kWarpCols % 16 == 0, "a warp takes whole 16-row weight tiles");
-  constexpr int kAPieces = kTM / 16;  // activation pieces a thread copies a stage
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ int tile_start[257];
-  __shared__ int found[2];
-  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk, E = W.experts;
+  const int N = W.N, KB = mxfp4_act_cols(W.K) / kBlk, E = W.experts;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   pdl_wait();
   pdl_launch_dependents();
-  // Which expert and which of its row tiles: a block-wide prefix sum of the experts' tile counts.
-  for (int i = tid; i <= E; i += blockDim.x) {
-    int n = 0;
-    if (i < E) n = (__ldcg(rows.seg + i + 1) - __ldcg(rows.seg + i) + kTM - 1) / kTM;
-    tile_start[i] = n;
-  }
-  __syncthreads();
-  if (tid == 0) {  // E <= 256 adds
-    int run = 0;
-    for (int i = 0; i <= E; ++i) {
-      const int n = tile_start[i];
-      tile_start[i] = run;
-      run += n;
-    }
-  }
-  __syncthreads();
-  const int t_global = int(blockIdx.x);
-  if (t_global >= tile_start[E]) return;  // uniform: past the last tile
-  for (int i = tid; i < E; i += blockDim.x)
-    if (tile_start[i] <= t_global && t_global < tile_start[i + 1]) found[0] = i;
-  __syncthreads();
-  const int e = found[0];
-  const int m0 = __ldcg(rows.seg + e) + (t_global - tile_start[e]) * kTM, m_end = __ldcg(rows.seg + e + 1);
-  const int nb = int(blockIdx.y) * kTN;
-  const uint8_t* We = W.tiles + mxfp4_tiles_bytes(N, K) * e;
-
-  // This thread's copy work per stage: kAPieces activation pieces (rows tid/16 + 16 i, piece
-  // tid % 16), and pieces tid, tid + 256, .. of the 8 weight tiles (68 pieces each).
-  const bf16* a_src[kAPieces];
-#pragma unroll
-  for (int i = 0; i < kAPieces; ++i) {
-    const int r = m0 + tid / 16 + 16 * i;
-    const int s = r < m_end ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
-    a_src[i] = s >= 0 ? x + size_t(s) * Kp + (tid % 16) * 8 : nullptr;
-  }
-  auto issue = [&](int kb) {
-    if (kb < KB) {
-      uint8_t* st = smem + (kb % kTStages) * kTStageBytes;
-#pragma unroll
-      for (int i = 0; i < kAPieces; ++i)
-        cp_async16(st + (tid / 16 + 16 * i) * kAStride + (tid % 16) * 16, a_src[i] ? a_src[i] + kb * kBlk : x,
-                   a_src[i] != nullptr);
-      uint8_t* bs = st + kAStage;
-      constexpr int kPieces = kMxfp4TileBytes / 16;
-      for (int i = tid; i < kTN / 16 * kPieces; i += kWarps * 32) {
-        const int t = nb / 16 + i / kPieces;  // the weight tile
-        const bool ok = t < N / 16;
-        cp_async16(bs + i * 16, ok ? We + (size_t(t) * KB + kb) * kMxfp4TileBytes + (i % kPieces) * 16 : We, ok);
-      }
-    }
-    cp_async_commit();
-  };
+  TiledBlock<kTM> blk;
+  if (!blk.find(rows, E)) return;  // uniform: past the last tile
+  const int e = blk.e, nb = int(blockIdx.y) * kTN;
+  const uint8_t* We = W.tiles + mxfp4_tiles_bytes(N, W.K) * e;
+  const bf16* a_src[kTM / 16];
+  tiled_stage_sources(x, rows, blk, KB, a_src);
+  auto issue = [&](int kb) { tiled_stage_issue<kTM>(smem, kb, a_src, x, We, nb, N, KB); };
 
   const int wm = warp / kWN, wn = warp % kWN;  // warp tile: rows wm*kWarpRows .., weight rows wn*kWarpCols ..
   float acc[kMTW][kNTW][4];
@@ -187,11 +214,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMT == 4 ? 1 : 2)
           const int n = nb + wn * kWarpCols + nt * 8 + 2 * c;
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int r = m0 + wm * kWarpRows + mt * 16 + g + 8 * half;
+            const int r = blk.m0 + wm * kWarpRows + mt * 16 + g + 8 * half;
             float* out = y + size_t(r) * N + n;
             float v0 = acc[mt][nt][2 * half], v1 = acc[mt][nt][2 * half + 1];
             acc[mt][nt][2 * half] = acc[mt][nt][2 * half + 1] = 0.0f;
-            if (r >= m_end) continue;
+            if (r >= blk.m_end) continue;
             if (n + 1 < N) {
               if (!first) {
                 const float2 o = *reinterpret_cast<const float2*>(out);
@@ -239,74 +266,26 @@ template <int kMT>
 __global__ void __launch_bounds__(kTThreads, 1)
     mxfp4_tiled_wgmma_kernel(Mxfp4ExpertsView W, const bf16* x, ExpertRows rows, float* y, int ks) {
   constexpr int kTM = tiled_rows(kMT), kAStage = kTM * kAStride, kTStageBytes = tiled_stage_bytes(kMT);
-  constexpr int kAPieces = kTM / 16;            // activation pieces a thread copies a stage
   constexpr int kWgN = kTM == 64 ? 64 : 128;    // a warpgroup's weight rows
   constexpr int R = kWgN / 2;                   // its accumulators a thread
   static_assert(kTM == 64 || kTM == 128, "64- or 128-row tiles");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* const bdec = smem_raw + ((1024 - (sm90::smem_u32(smem_raw) & 1023)) & 1023);  // [2][32 KB]
   uint8_t* const smem = bdec + 2 * kBDecBytes;                                            // the stages
-  __shared__ int tile_start[257];
-  __shared__ int found[2];
-  const int N = W.N, K = W.K, KB = mxfp4_act_cols(K) / kBlk, Kp = KB * kBlk, E = W.experts;
+  const int N = W.N, KB = mxfp4_act_cols(W.K) / kBlk, E = W.experts;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int wg = warp >> 2, wr = warp & 3;
   const int row0 = (kTM == 64 ? 0 : 64 * wg) + 16 * wr;  // this warp's 16 rows of the tile
   const int nwg = kTM == 64 ? 64 * wg : 0;                // the warpgroup's first weight row
   pdl_wait();
   pdl_launch_dependents();
-  // Which expert and which of its row tiles: a block-wide prefix sum of the experts' tile counts.
-  for (int i = tid; i <= E; i += blockDim.x) {
-    int n = 0;
-    if (i < E) n = (__ldcg(rows.seg + i + 1) - __ldcg(rows.seg + i) + kTM - 1) / kTM;
-    tile_start[i] = n;
-  }
-  __syncthreads();
-  if (tid == 0) {  // E <= 256 adds
-    int run = 0;
-    for (int i = 0; i <= E; ++i) {
-      const int n = tile_start[i];
-      tile_start[i] = run;
-      run += n;
-    }
-  }
-  __syncthreads();
-  const int t_global = int(blockIdx.x);
-  if (t_global >= tile_start[E]) return;  // uniform: past the last tile
-  for (int i = tid; i < E; i += blockDim.x)
-    if (tile_start[i] <= t_global && t_global < tile_start[i + 1]) found[0] = i;
-  __syncthreads();
-  const int e = found[0];
-  const int m0 = __ldcg(rows.seg + e) + (t_global - tile_start[e]) * kTM, m_end = __ldcg(rows.seg + e + 1);
-  const int nb = int(blockIdx.y) * kTN;
-  const uint8_t* We = W.tiles + mxfp4_tiles_bytes(N, K) * e;
-
-  // This thread's copy work per stage: kAPieces activation pieces (rows tid/16 + 16 i, piece
-  // tid % 16), and pieces tid, tid + 256, .. of the 8 weight tiles (68 pieces each).
-  const bf16* a_src[kAPieces];
-#pragma unroll
-  for (int i = 0; i < kAPieces; ++i) {
-    const int r = m0 + tid / 16 + 16 * i;
-    const int s = r < m_end ? (rows.x_rows ? __ldcg(rows.x_rows + r) : r) : -1;
-    a_src[i] = s >= 0 ? x + size_t(s) * Kp + (tid % 16) * 8 : nullptr;
-  }
-  auto issue = [&](int kb) {
-    if (kb < KB) {
-      uint8_t* st = smem + (kb % kTStages) * kTStageBytes;
-#pragma unroll
-      for (int i = 0; i < kAPieces; ++i)
-        cp_async16(st + (tid / 16 + 16 * i) * kAStride + (tid % 16) * 16, a_src[i] ? a_src[i] + kb * kBlk : x,
-                   a_src[i] != nullptr);
-      uint8_t* bs = st + kAStage;
-      constexpr int kPieces = kMxfp4TileBytes / 16;
-      for (int i = tid; i < kTN / 16 * kPieces; i += kTThreads) {
-        const int t = nb / 16 + i / kPieces;  // the weight tile
-        const bool ok = t < N / 16;
-        cp_async16(bs + i * 16, ok ? We + (size_t(t) * KB + kb) * kMxfp4TileBytes + (i % kPieces) * 16 : We, ok);
-      }
-    }
-    cp_async_commit();
-  };
+  TiledBlock<kTM> blk;
+  if (!blk.find(rows, E)) return;  // uniform: past the last tile
+  const int e = blk.e, nb = int(blockIdx.y) * kTN;
+  const uint8_t* We = W.tiles + mxfp4_tiles_bytes(N, W.K) * e;
+  const bf16* a_src[kTM / 16];
+  tiled_stage_sources(x, rows, blk, KB, a_src);
+  auto issue = [&](int kb) { tiled_stage_issue<kTM>(smem, kb, a_src, x, We, nb, N, KB); };
   // The decode of K block kb (staged) into buffer kb % 2: units (weight row n = tid / 4 + 64 i, group
   // cg = tid % 4), the group's 16 bytes as the mma path takes them: word u, pair j goes to k16
   // step 2u + j / 2, slots 2 cg (+ 8 for odd j). A warp's stores hit 32 distinct banks (8 rows, each
@@ -388,11 +367,11 @@ __global__ void __launch_bounds__(kTThreads, 1)
         const int n = nb + nwg + 8 * j + 2 * c;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int r = m0 + row0 + g + 8 * half;
+          const int r = blk.m0 + row0 + g + 8 * half;
           float* out = y + size_t(r) * N + n;
           float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
           acc[4 * j + 2 * half] = acc[4 * j + 2 * half + 1] = 0.0f;
-          if (r >= m_end) continue;
+          if (r >= blk.m_end) continue;
           if (n + 1 < N) {
             if (!first) {
               const float2 o = *reinterpret_cast<const float2*>(out);
