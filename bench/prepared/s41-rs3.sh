@@ -8,11 +8,7 @@
 # Carry .devcarry/lib and .devcarry/s41, then: bash bench/prepared/s41-rs3.sh
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
-for n in main rs; do unpack .devcarry/s41/$n build/$n; done
-cp build/main/osprey build/osprey
-set +e
-trap 'cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/' EXIT
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; date
+builds_preamble .devcarry/s41 main rs
 echo "== tests rs (W4A8)"
 timeout 60 build/rs/tests --gtest_filter='*Mxfp4*:*Grouped*:*LongChunk*' > $OUT/tests_rs_w4a8.log 2>&1
 gtest_summary $OUT/tests_rs_w4a8.log; grep -E "differ|relative" $OUT/tests_rs_w4a8.log | head -12

@@ -26,6 +26,19 @@ unpack() {
   done
 }
 
+# builds_preamble DIR NAME..: the start of a script that compares builds carried as DIR/NAME/*.xz
+# (bench/variant_build.py): each unpacked to build/NAME, the first one's osprey as build/osprey (the
+# helpers' $B), errors no longer fatal, $OUT packed into one all.tgz when the script exits (one file
+# comes back), and the GPU's name and clocks.
+builds_preamble() {
+  local dir=$1 n; shift
+  for n in "$@"; do unpack "$dir/$n" "build/$n"; done
+  cp "build/$1/osprey" build/osprey
+  set +e
+  trap 'cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/' EXIT
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; date
+}
+
 # cuda_tests: the CUDA tests that TEST_FILTER selects (default all) unless SKIP_TESTS is set, logged
 # to $OUT/tests.log, their summary and failures printed. sanitize_tests FILTER: compute-sanitizer
 # memcheck and racecheck over those tests (device_sanitize.sh), at most SANITIZE_S seconds.
