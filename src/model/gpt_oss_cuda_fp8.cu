@@ -143,7 +143,11 @@ struct GptOssCudaFp8::Impl {
   // priority), a layer ahead: layer l + 1's first matrix as soon as layer l's first GEMMs are done
   // with the buffer (conv_free[0]), so that it streams while the attention computes; the GEMMs
   // wait on conv_ready.
-  const bool mxfp4_lt_fp8 = mxfp4 && !dense_bf16;
+  const bool mxfp4_lt_fp8 = false;  // branch s42-wgmma: long chunks take the wgmma path (xw) instead
+  // MXFP4 experts of long prompt chunks (kMxfp4WgmmaRowsPerExpert and more rows an expert on
+  // average): the norm output's rows gathered by sorted row into the wgmma layout, for
+  // m_grouped_mxfp4_gemm_bf16_wgmma_contiguous (whose first GEMM writes ab in that layout too).
+  DeviceArray<cuda::bf16> xw;
   DeviceArray<uint8_t> experts_fp8[2];
   DeviceArray<float> experts_fp8_s[2];
   size_t experts_fp8_sper = 0;
@@ -407,7 +411,8 @@ struct GptOssCudaFp8::Impl {
       ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
       // Long chunks through cuBLAS(Lt) (kMxfp4LtRowsPerExpert, model/gpt_oss_forward.h): W4A8 with
       // FP8 dense layers, BF16 with BF16 ones.
-      const bool long_chunks = opt.cublaslt && R * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * E;
+      const bool long_chunks = false;
+      if (R * cfg.experts_per_token >= kMxfp4WgmmaRowsPerExpert * E) xw = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(H));
       if (long_chunks && mxfp4_lt_fp8) {
         experts_fp8[0] = DeviceArray<uint8_t>(size_t(E) * 2 * I * H);
         experts_fp8[1] = DeviceArray<uint8_t>(size_t(E) * H * I);
@@ -743,6 +748,14 @@ struct GptOssCudaFp8::Impl {
           blas->gemm_bf16(experts_bf16.ptr + size_t(e) * H * Ip, ab.ptr + size_t(r0) * Ip, y.ptr + size_t(r0) * H, n, H,
                           Ip);
         });
+      } else if (mxfp4 && !pass.lt_moe && T * Kx >= kMxfp4WgmmaRowsPerExpert * E && xw.ptr) {
+        // Long prompt chunks: the sorted rows gathered into the wgmma layout, the first GEMM with
+        // the SwiGLU in its epilogue (ab in the wgmma layout), the second; both with their biases.
+        const cuda::ExpertRows rows = expert_rows(T);
+        cuda::mxfp4_rows_to_wgmma_layout(xb.ptr, d_row_token.ptr, d_seg.ptr + E, P, H, xw.ptr, stream);
+        const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};
+        cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(L.mx1.view(L.b1.ptr), xw.ptr, rows, t1.ptr, stream, &swiglu);
+        cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, rows, y.ptr, stream);
       } else if (mxfp4 && !pass.lt_moe) {
         const cuda::ExpertRows rows = expert_rows(T);
         const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};  // batch 1: the first GEMM's epilogue

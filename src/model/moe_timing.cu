@@ -51,7 +51,7 @@ MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& a, int reps) {
 
 MoeGemmTiming time_moe_gemm_mxfp4_wgmma(const MoeGemmShape& a, int reps) {
   using bf16 = cuda::bf16;
-  const int E = a.experts, H = a.hidden, I = a.intermediate, P = a.batch * a.top_k;
+  const int E = a.experts, H = a.hidden, I = a.intermediate;
   const Routing r = route(a);
   const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
   const double touched = double(r.touched) * double(up_bytes + down_bytes);

@@ -199,7 +199,7 @@ TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
 // decoded in registers, the rows gathered into the wgmma layout): the tiled path's bits on every
 // row of the experts' runs (the padding rows too: zero rows, the bias), with and without scales
 // above 128, at K = 2880 (22.5 blocks), N = 2880 (a last weight tile of 64 rows, two K splits on
-// 132 SMs) and N = 5760; and its SwiGLU epilogue, moe_swiglu_bf16 of the tiled path's product
+// 132 SMs), N = 5760 and N = 160 (a warpgroup with one live warp); and its SwiGLU epilogue, moe_swiglu_bf16 of the tiled path's product
 // moved to the wgmma layout (zeros past N / 2), on the live rows.
 TEST(MoeMxfp4, WgmmaPathEqualsTheTiledPath) {
   struct Case {
@@ -207,7 +207,7 @@ TEST(MoeMxfp4, WgmmaPathEqualsTheTiledPath) {
   };
   const int K = 2880, Kp = mxfp4_act_cols(K);
   for (const Case cs : {Case{129, 8, 4, 2880, 131}, Case{600, 8, 4, 2880, 128}, Case{300, 8, 4, 5760, 131},
-                        Case{300, 4, 1, 5760, 128}}) {
+                        Case{300, 4, 1, 5760, 128}, Case{200, 6, 3, 160, 131}}) {
     const int T = cs.T, E = cs.E, k = cs.k, N = cs.N;
     SCOPED_TRACE("T " + std::to_string(T) + " top-" + std::to_string(k) + " of " + std::to_string(E) + ", N " +
                  std::to_string(N) + ", scales to " + std::to_string(cs.scale_hi));

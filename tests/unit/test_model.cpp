@@ -594,12 +594,13 @@ TEST_F(SmallModel, KvCacheAutoIsFp16WithBf16DenseLayers) {
   EXPECT_THROW(a.check("cpu", ""), std::exception);
 }
 
-// The CPU emulation of MXFP4 experts follows the GPU path's rule: a forward of at least 128 rows an
-// expert on average (parity-b: 6 experts, top 3, from 256 tokens) runs its experts W4A8; shorter
-// ones keep BF16 inputs. So the 300-token chunk differs with the rule off, the 200-token one does not.
+// The CPU emulation of MXFP4 experts keeps BF16 inputs at every chunk length, as the GPU's wgmma
+// path of long chunks does; with w4a8_long_chunks it emulates the W4A8 rule instead: a forward of at
+// least 128 rows an expert on average (parity-b: 6 experts, top 3, from 256 tokens) runs its experts
+// W4A8. So the 300-token chunk differs with the rule on, the 200-token one does not.
 TEST_F(SmallModel, Mxfp4EmulationRunsLongChunksW4a8) {
   GptOssWeights w = GptOssWeights::load(dir_->str());
-  const GptOssCpuModel on(w, CpuPrecision::Mxfp4), off(w, CpuPrecision::Mxfp4, KvDtype::Bf16, /*w4a8_long_chunks=*/false);
+  const GptOssCpuModel on(w, CpuPrecision::Mxfp4, KvDtype::Bf16, /*w4a8_long_chunks=*/true), off(w, CpuPrecision::Mxfp4);
   for (int T : {200, 300}) {
     const auto tokens = ramp_tokens(T, w.config.vocab);
     KvCache c1 = on.new_cache(), c2 = off.new_cache();

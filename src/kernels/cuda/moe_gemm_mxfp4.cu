@@ -315,8 +315,8 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
 
 void m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows,
                                                 float* y, cudaStream_t st, const SwigluOut* swiglu) {
-  if (W.N % 64 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts)
-    fail_plain("m_grouped_mxfp4_gemm_bf16_wgmma_contiguous: N must be a multiple of 64, K of 32, experts in [1, 256] "
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts || (swiglu && W.N % 2))
+    fail_plain("m_grouped_mxfp4_gemm_bf16_wgmma_contiguous: N must be a multiple of 16, K of 32, experts in [1, 256] "
                "(got N " + std::to_string(W.N) + ", K " + std::to_string(W.K) + ", " + std::to_string(W.experts) +
                " experts)");
   if (!x || !y || !rows.seg || reinterpret_cast<uintptr_t>(x) % 16)

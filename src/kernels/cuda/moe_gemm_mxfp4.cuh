@@ -68,7 +68,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
 // (moe_gemm_mxfp4_wgmma.cuh): x the sorted rows [rows.rows][round128(K)] in the wgmma layout
 // (formats/mxfp4.h mxfp4_wgmma_position; mxfp4_rows_to_wgmma_layout makes it), read by TMA
 // (rows.x_rows is not used: padding rows are zero rows there). y fp32 [rows][N]: the tiled path's
-// bits (split 0 from the bias, the decode path's K splits); N % 64 == 0. With swiglu: its a
+// bits (split 0 from the bias, the decode path's K splits); N % 16 == 0. With swiglu: its a
 // receives the clamped SwiGLU of every row of the experts' runs, in the wgmma layout (zeros past
 // N / 2), as moe_swiglu_bf16 computes it; y then holds only the earlier K splits' sums.
 void m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows,

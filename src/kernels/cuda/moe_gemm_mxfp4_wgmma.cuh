@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kYThreads, 1)
   const int c = __shfl_sync(0xffffffffu, tid >> 7, 0), wr = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0);
   const int g = lane >> 2, q = lane & 3;
   const int nb = n0 + 64 * c, n = nb + 16 * wr + g;  // this thread's weight rows n and n + 8
-  const bool live = nb < N;                           // N is a multiple of 64: blocks are whole
+  const bool live = nb + 16 * wr < N;                 // the warp's 16 rows (N is a multiple of 16)
   float acc[64];
   {
     const float b0 = W.bias && live ? __bfloat162float(W.bias[size_t(e) * N + n]) : 0.0f;
