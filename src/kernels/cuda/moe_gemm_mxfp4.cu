@@ -335,7 +335,7 @@ void m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(const Mxfp4ExpertsView& W, const
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kYSmem)));
   });
   const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the decode path's splits: the same bits
-  const dim3 grid(unsigned(rows.rows / kYTokens + W.experts), unsigned((W.N + kYRows - 1) / kYRows));
+  const dim3 grid(unsigned((W.N + kYRows - 1) / kYRows), unsigned(rows.rows / kYTokens + W.experts));
   auto* kernel = swiglu ? (W.big_scales ? mxfp4_wgmma_yt_kernel<true, true> : mxfp4_wgmma_yt_kernel<true, false>)
                         : (W.big_scales ? mxfp4_wgmma_yt_kernel<false, true> : mxfp4_wgmma_yt_kernel<false, false>);
   launch_pdl("gemm", kernel, grid, kYThreads, kYSmem, st, tx, W, rows, y, ks, swiglu ? *swiglu : SwigluOut{});

@@ -3,8 +3,10 @@
 // one file that includes it (its kernels and constants have internal linkage).
 //
 // The kernel computes y^T: the weights are wgmma's A operand, the tokens its B operand. A tile is
-// 256 weight rows by 128 tokens of one expert (blockIdx.x walks the row tiles of all experts in
-// expert order as the tiled kernels do, blockIdx.y the weight tiles). Per K block of 128 columns
+// 256 weight rows by 128 tokens of one expert (blockIdx.x walks the weight tiles, blockIdx.y the
+// row tiles of all experts in expert order: the blocks that run together share their rows and a few
+// experts' weights, which L2 holds, where the other order reads every row again from DRAM for each
+// weight tile). Per K block of 128 columns
 // thread 0 loads the tokens' two 64-column boxes (TMA, 128-byte swizzle: the K-major B operand; the
 // rows in the wgmma layout, formats/mxfp4.h mxfp4_wgmma_position) and the 16 packed weight tiles
 // (bulk copies, as loaded) into a ring of kYStages stages. Warpgroup c (of four) takes weight rows
@@ -51,8 +53,8 @@ __global__ void __launch_bounds__(kYThreads, 1)
   pdl_wait();
   pdl_launch_dependents();
   TiledBlock<kYTokens> blk;
-  if (!blk.find(rows, E)) return;  // uniform: past the last tile (find's barriers also publish the mbarriers)
-  const int e = blk.e, n0 = int(blockIdx.y) * kYRows;
+  if (!blk.find(rows, E, int(blockIdx.y))) return;  // uniform: past the last tile (find's barriers also publish the mbarriers)
+  const int e = blk.e, n0 = int(blockIdx.x) * kYRows;
   // The copies of K block kb into its stage (thread 0), once the stage's last readers let it go.
   const int ntiles = min(kYRows, N - n0) / kMxfp4TileRows;
   const uint8_t* wsrc = W.tiles + mxfp4_tiles_bytes(N, W.K) * e + size_t(n0 / kMxfp4TileRows) * KB * kMxfp4TileBytes;
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kYThreads, 1)
         }
       }
     // The layout's columns past I are zeros: the first weight tile's blocks write them.
-    if (blockIdx.y == 0 && Ip > I)
+    if (blockIdx.x == 0 && Ip > I)
       for (int i = tid; i < kYTokens * (Ip - I); i += kYThreads) {
         const int r = blk.m0 + i / (Ip - I), oo = I + i % (Ip - I);
         if (r < blk.m_end) sw.a[size_t(r) * Ip + mxfp4_wgmma_position(oo)] = __float2bfloat16_rn(0.0f);
