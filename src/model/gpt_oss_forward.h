@@ -66,10 +66,6 @@ enum class CpuPrecision { AsStored, Fp8, Bf16, Mxfp4 };
 // the conversion costs about 0.3 ms a 20b layer, which the tensor-core GEMMs win back from about
 // 1,000 tokens a chunk.
 constexpr int kMxfp4LtRowsPerExpert = 128;
-// The GPU's MXFP4 experts take the wgmma kernel with the weights decoded in registers
-// (m_grouped_mxfp4_gemm_bf16_wgmma_contiguous, BF16 inputs: the bits of the other MXFP4 paths)
-// from this many rows an expert on average (branch s42-wgmma: not yet measured).
-constexpr int kMxfp4WgmmaRowsPerExpert = 128;
 
 class GptOssCpuModel {
  public:
@@ -80,7 +76,7 @@ class GptOssCpuModel {
   // w4a8_long_chunks (Mxfp4 only): long chunks' experts W4A8 as above (false: BF16 inputs at every
   // length, the GPU path without cuBLASLt).
   explicit GptOssCpuModel(const GptOssWeights& w, CpuPrecision precision = CpuPrecision::AsStored,
-                          KvDtype kv = KvDtype::Bf16, bool w4a8_long_chunks = false);
+                          KvDtype kv = KvDtype::Bf16, bool w4a8_long_chunks = true);
   ~GptOssCpuModel();
 
   const GptOssConfig& config() const { return w_.config; }
@@ -108,7 +104,7 @@ class GptOssCpuModel {
   bool bf16_act_ = false;  // Bf16 precision: GEMM inputs rounded to BF16 (round_act)
   bool mxfp4_experts_ = false;  // Mxfp4 precision: the experts as stored, their inputs rounded to BF16
   KvDtype kv_ = KvDtype::Bf16;  // the GPU cache's format the keys and values are rounded through (fp8_ set)
-  bool w4a8_long_chunks_ = false;
+  bool w4a8_long_chunks_ = true;
   std::vector<std::pair<int, int>> w4a8_block_rows_;  // per layer: mlp1's, mlp2's (mxfp4_fp8_blocks)
   void round_act(std::vector<float>& v) const;
   std::shared_ptr<const GptOssFp8Weights> fp8_;  // set in Fp8 precision (converted here, or the checkpoint's)

@@ -322,16 +322,50 @@ TEST(CudaFp8Model, DenseBf16MatchesTheBf16Emulation) {
   EXPECT_LT(err[0], 1e-2);
 }
 
-// A long prompt chunk with MXFP4 experts takes the wgmma path (from 128 rows an expert; parity-b's 6
-// experts x top-3 at 300 tokens give 150), BF16 inputs, its dense layers cuBLASLt (FP8, or BF16
-// with BF16 dense layers); FP8 experts take cuBLASLt's grouped GEMMs. Each against its CPU
-// emulation: Mxfp4 precision (BF16 expert inputs at every length) and Bf16. parity-b's random
-// weights amplify rounding: another order of sums flips FP8 activation codes and the 300 positions
-// drift apart. So the bound is relative: no further from the CPU emulation than twice the FP8
-// experts' path through cuBLASLt is from its own emulation at the same chunk (a wrong bias, row,
-// scale or layout gives O(1)). The expert GEMMs themselves are held to the tiled path's bits in
+// A prompt chunk with MXFP4 experts above the decode paths' rows and below the long chunks (parity-b:
+// 6 experts x top-3; 160 tokens give 80 rows an expert, the hint 160 > kMxfp4PromptRowsHint, and
+// the long chunks start at 256 tokens) takes the wgmma path (rows gathered into the wgmma layout,
+// the SwiGLU in the first GEMM's epilogue). Against the CPU emulation of the MXFP4 path, with the
+// bound of the long-chunk test below: no further than twice the FP8 experts' path is from its own
+// emulation at the same chunk (parity-b's random weights let the positions drift; a wrong row,
+// layout or bias gives O(1)). The expert GEMMs are held to the tiled path's bits in
 // MoeMxfp4.WgmmaPathEqualsTheTiledPath.
-TEST(CudaFp8Model, Mxfp4LongChunkMatchesTheEmulation) {
+TEST(CudaFp8Model, Mxfp4PromptChunkOnWgmmaMatchesTheEmulation) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(160);
+  for (auto& t : tokens) t = int32_t(rng() % 777);
+  double err[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const bool mx = i == 0;
+    GptOssCudaFp8 m(w, {.slots = 1, .max_context = 512, .max_rows = 512, .graphs = false, .kv_blocks = 32,
+                        .cublaslt = false, .experts = mx ? GptOssCudaFp8::ExpertWeights::Mxfp4 : GptOssCudaFp8::ExpertWeights::Fp8});
+    CudaSlots seqs(m);
+    const std::vector<float> gpu = seqs.prefill_logits(0, tokens, /*all=*/true);
+    GptOssCpuModel cpu(w, mx ? CpuPrecision::Mxfp4 : CpuPrecision::Fp8);
+    KvCache c = cpu.new_cache();
+    const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
+    ASSERT_EQ(gpu.size(), ref.size());
+    err[i] = rel_diff(gpu.data(), ref.data(), ref.size());
+  }
+  std::printf("160-token chunk against the CPU emulations: mxfp4 (wgmma experts) %.3e, fp8 %.3e\n", err[0], err[1]);
+  EXPECT_LT(err[0], std::max(2e-2, 2 * err[1]));
+}
+
+// A long prompt chunk with MXFP4 experts takes cuBLAS(Lt) (lt_moe: from 128 rows an expert;
+// parity-b's 6 experts x top-3 at 300 tokens give 150): with FP8 dense layers W4A8 (the experts
+// converted to FP8 for cuBLASLt, their inputs FP8), with BF16 ones BF16 GEMMs on BF16-decoded
+// weights; the dense layers take cuBLASLt. Each against its CPU emulation: Mxfp4 precision (which
+// runs such a chunk's experts W4A8 too) and Bf16. parity-b's random weights amplify rounding:
+// another order of sums flips FP8 activation codes and the 300 positions drift apart (measured:
+// 6e-2 from the CPU emulation with cuBLAS on, 2e-2 with the MXFP4 kernels and the skinny dense
+// GEMMs). So the bound is relative: no further from the CPU emulation than twice the FP8 experts'
+// path through cuBLASLt is from its own emulation at the same chunk (a wrong bias, row, scale or
+// layout gives O(1)). The expert GEMMs themselves are held to 2e-6 and 5e-6 in
+// MoeMxfp4.W4a8ExpertsThroughCublasLtEqualCpuTwin and DecodedExpertsThroughCublasEqualCpuTwin.
+TEST(CudaFp8Model, Mxfp4LongChunkThroughCublasMatchesTheEmulation) {
   test::TempDir dir;
   synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
   GptOssWeights w = GptOssWeights::load(dir.str());
@@ -345,23 +379,26 @@ TEST(CudaFp8Model, Mxfp4LongChunkMatchesTheEmulation) {
     CudaSlots seqs(m);
     return seqs.prefill_logits(0, tokens, /*all=*/true);
   };
-  auto cpu = [&](CpuPrecision prec) {
-    GptOssCpuModel model(w, prec, KvDtype::Bf16);
+  auto cpu = [&](CpuPrecision prec, bool w4a8 = true) {
+    GptOssCpuModel model(w, prec, KvDtype::Bf16, w4a8);
     KvCache c = model.new_cache();
     return model.forward(tokens, c, /*all_logits=*/true);
   };
   const auto mx_lt = gpu(GptOssCudaFp8::ExpertWeights::Mxfp4, true), mx_kernels = gpu(GptOssCudaFp8::ExpertWeights::Mxfp4, false);
   const auto mx_lt16 = gpu(GptOssCudaFp8::ExpertWeights::Mxfp4, true, GptOssCudaFp8::DenseWeights::Bf16);
   const auto fp8_lt = gpu(GptOssCudaFp8::ExpertWeights::Fp8, true);
-  const auto mx_ref = cpu(CpuPrecision::Mxfp4), fp8_ref = cpu(CpuPrecision::Fp8), bf16_ref = cpu(CpuPrecision::Bf16);
+  const auto mx_ref = cpu(CpuPrecision::Mxfp4), mx_ref16 = cpu(CpuPrecision::Mxfp4, /*w4a8=*/false);
+  const auto fp8_ref = cpu(CpuPrecision::Fp8), bf16_ref = cpu(CpuPrecision::Bf16);
   const size_t n = mx_ref.size();
-  const double lt_cpu = rel_diff(mx_lt.data(), mx_ref.data(), n), kernels_cpu = rel_diff(mx_kernels.data(), mx_ref.data(), n);
+  const double lt_kernels = rel_diff(mx_lt.data(), mx_kernels.data(), n), lt_cpu = rel_diff(mx_lt.data(), mx_ref.data(), n);
   const double lt16_cpu = rel_diff(mx_lt16.data(), bf16_ref.data(), n), fp8_cpu = rel_diff(fp8_lt.data(), fp8_ref.data(), n);
-  std::printf("300-token chunk against the CPU emulations: mxfp4 (wgmma experts) with cuBLASLt dense layers %.3e, "
-              "with the skinny dense kernels %.3e, with BF16 dense layers %.3e; fp8 through cuBLASLt %.3e\n",
-              lt_cpu, kernels_cpu, lt16_cpu, fp8_cpu);
+  std::printf("300-token chunk against the CPU emulations: mxfp4 W4A8 through cuBLASLt %.3e (against the emulation "
+              "with BF16 expert inputs %.3e), mxfp4 kernels %.3e, mxfp4 with BF16 dense layers through cuBLAS %.3e, "
+              "fp8 through cuBLASLt %.3e; mxfp4 W4A8 vs kernels %.3e\n",
+              lt_cpu, rel_diff(mx_lt.data(), mx_ref16.data(), n), rel_diff(mx_kernels.data(), mx_ref16.data(), n),
+              lt16_cpu, fp8_cpu, lt_kernels);
+  EXPECT_GT(lt_kernels, 0.0) << "the cuBLASLt path did not run";
   EXPECT_LT(lt_cpu, std::max(2e-2, 2 * fp8_cpu));
-  EXPECT_LT(kernels_cpu, std::max(2e-2, 2 * fp8_cpu));
   EXPECT_LT(lt16_cpu, std::max(2e-2, 2 * fp8_cpu));
 }
 

@@ -241,7 +241,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int ks = mxfp4_k_splits(W.N, W.K, sms);
   constexpr size_t kMaxSmem = 200 * 1024;
   // Up to 48 rows an expert the decode paths; beyond, tiles of tiled_mt's height.
-  if (rows.rows_per_expert > 48) {
+  if (rows.rows_per_expert > kMxfp4PromptRowsHint) {
     static std::once_flag once;
     std::call_once(once, [] {
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_mma_kernel<2, kTiledWM>,

@@ -64,7 +64,11 @@ struct SwigluOut {
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                           cudaStream_t st, const SwigluOut* swiglu = nullptr);
 
-// The same products for long prompt chunks on wgmma, the weights decoded in registers
+// Above this many rows an expert typically (ExpertRows::rows_per_expert), m_grouped_mxfp4_gemm_bf16_
+// contiguous takes its tiled path; the model takes the wgmma path below for such prompt chunks.
+constexpr int kMxfp4PromptRowsHint = 48;
+
+// The same products for prompt chunks on wgmma, the weights decoded in registers
 // (moe_gemm_mxfp4_wgmma.cuh): x the sorted rows [rows.rows][round128(K)] in the wgmma layout
 // (formats/mxfp4.h mxfp4_wgmma_position; mxfp4_rows_to_wgmma_layout makes it), read by TMA
 // (rows.x_rows is not used: padding rows are zero rows there). y fp32 [rows][N]: the tiled path's

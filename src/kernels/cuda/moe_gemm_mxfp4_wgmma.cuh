@@ -1,4 +1,4 @@
-// The MXFP4 expert GEMMs of long prompt chunks on wgmma with the weights decoded in registers
+// The MXFP4 expert GEMMs of prompt chunks on wgmma with the weights decoded in registers
 // (m_grouped_mxfp4_gemm_bf16_wgmma_contiguous). Internal to kernels/cuda: moe_gemm_mxfp4.cu is the
 // one file that includes it (its kernels and constants have internal linkage).
 //
