@@ -4,7 +4,7 @@
 # - tests of mid: the MXFP4 kernels and the model tests (CudaFp8Model.*);
 # - the MoE GEMMs at the lower crossover (20b 256 and 384 tokens, 120b 1,536);
 # - the prefill at the lengths whose experts change path (20b 256-1,024 tokens, 120b 1,024-4,096),
-#   main and mid alternating.
+#   main and mid.
 # Carry .devcarry/lib and .devcarry/s42 (mid, main).
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
@@ -18,6 +18,6 @@ for r in 20b:256,384 120b:1536; do
     --moe-batches ${r#*:} --steps 32 > $OUT/moe_$m.txt 2>&1
   grep -E "^\| [0-9]|rror" $OUT/moe_$m.txt
 done
-D=$(synth_dir 20b); prefill_builds $D 256,384,512,768,1024 60 main mid main mid
+D=$(synth_dir 20b); prefill_builds $D 256,384,512,768,1024 60 main mid
 D=$(synth_dir 120b); prefill_builds $D 1024,2048,3072,4096 170 main mid
 date
