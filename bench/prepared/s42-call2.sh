@@ -5,7 +5,7 @@
 # - the MoE GEMMs at the lower crossover (20b 256 and 384 tokens, 120b 1,536);
 # - the prefill at the lengths whose experts change path (20b 256-1,024 tokens, 120b 1,024-4,096),
 #   main and mid.
-# Carry .devcarry/lib and .devcarry/s42 (mid, main).
+# Carry .devcarry/lib and .devcarry/s42 (mid, main). RUN_120B=1: the 120b prefill too (about 4 minutes).
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 builds_preamble .devcarry/s42 mid main
@@ -19,5 +19,5 @@ for r in 20b:256,384 120b:1536; do
   grep -E "^\| [0-9]|rror" $OUT/moe_$m.txt
 done
 D=$(synth_dir 20b); prefill_builds $D 256,384,512,768,1024 60 main mid
-D=$(synth_dir 120b); prefill_builds $D 1024,2048,3072,4096 170 main mid
+[ -n "${RUN_120B:-}" ] && { D=$(synth_dir 120b); prefill_builds $D 1024,2048,3072,4096 170 main mid; }
 date

@@ -75,7 +75,8 @@ nlohmann::json bench_moe_gemms(const BenchCudaArgs& a, const std::vector<int32_t
     const int reps = std::max(4, a.steps / 4);
     const MoeGemmTiming mx = time_moe_gemm_mxfp4(shape, reps), f8 = time_moe_gemm_fp8(shape, reps);
     std::vector<std::pair<const char*, MoeGemmTiming>> rows{{"mxfp4", mx}, {"fp8", f8}};
-    // Prompt chunks (32 rows an expert on average and more): also the wgmma path of long chunks.
+    // Prompt chunks (32 rows an expert on average and more): also the wgmma path the model takes for
+    // them below the long chunks (kernels/cuda/moe_gemm_mxfp4.cuh), its row gather included.
     if (size_t(b) * c.experts_per_token >= size_t(32) * c.num_experts)
       rows.emplace_back("mxfp4-wgmma", time_moe_gemm_mxfp4_wgmma(shape, reps));
     for (const auto& [name, t] : rows) {

@@ -599,14 +599,14 @@ struct GptOssCudaFp8::Impl {
                              stream);
   }
 
-  // The rows of the MXFP4 experts' first GEMM of a T-row forward, sorted by expert (the route
-  // kernel's MoeSorted): each reads its token's norm output; the second GEMM's (second_rows) read
-  // the SwiGLU's output rows in order.
   // Rows an expert typically gets in a forward of T rows (twice the mean, at most every token).
   int rows_hint(int T) const {
     const int E = cfg.num_experts, Kx = cfg.experts_per_token;
     return std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
   }
+  // The rows of the MXFP4 experts' first GEMM of a T-row forward, sorted by expert (the route
+  // kernel's MoeSorted): each reads its token's norm output; the second GEMM's (second_rows) read
+  // the SwiGLU's output rows in order.
   cuda::ExpertRows expert_rows(int T) const {
     const int E = cfg.num_experts, Kx = cfg.experts_per_token;
     cuda::ExpertRows rows;

@@ -55,9 +55,9 @@ int tiled_mt(int rows_per_expert) { return rows_per_expert / 2 <= 64 ? 2 : 4; }
 constexpr int kTiledWM = 1;
 
 // The row tile of this block (t_global, blockIdx.x by default, walks every expert's run cut into
-// tiles of kTM rows, in expert order): expert e, rows m0 .. m_end - 1 of the sorted rows (m_end: the expert's end; a tile
-// can stop short of it). find: a block-wide prefix sum of the experts' tile counts; false (the
-// same for the whole block) past the last tile.
+// tiles of kTM rows, in expert order): expert e, rows m0 .. m_end - 1 of the sorted rows (m_end:
+// the expert's end; a tile can stop short of it). find: a block-wide prefix sum of the experts'
+// tile counts; false (the same for the whole block) past the last tile.
 template <int kTM>
 struct TiledBlock {
   int e = 0, m0 = 0, m_end = 0;

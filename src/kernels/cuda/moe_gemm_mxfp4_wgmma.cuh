@@ -3,19 +3,20 @@
 // one file that includes it (its kernels and constants have internal linkage).
 //
 // The kernel computes y^T: the weights are wgmma's A operand, the tokens its B operand. A tile is
-// 256 weight rows by 128 tokens of one expert (blockIdx.x walks the weight tiles, blockIdx.y the
-// row tiles of all experts in expert order: the blocks that run together share their rows and a few
-// experts' weights, which L2 holds, where the other order reads every row again from DRAM for each
-// weight tile). Per K block of 128 columns
-// thread 0 loads the tokens' two 64-column boxes (TMA, 128-byte swizzle: the K-major B operand; the
-// rows in the wgmma layout, formats/mxfp4.h mxfp4_wgmma_position) and the 16 packed weight tiles
-// (bulk copies, as loaded) into a ring of kYStages stages. Warpgroup c (of four) takes weight rows
-// 64c.. as one m64 block. A thread decodes
-// its A fragments as the decode path does (moe_gemm_mxfp4_decode.cuh mxfp4_kb_mma: its rows g and
-// g + 8, group q, word u giving steps 2u and 2u + 1), so each k16 step multiplies the same products
-// into the same slots as mma.sync there: the same bits, from the bias in the accumulators and the
-// same K splits (split 0 from the bias, each later split's sum added in order). The four
-// warpgroups take turns on the tensor cores: one decodes while the others' steps run.
+// 256 weight rows by 128 tokens of one expert. blockIdx.x walks the weight tiles and blockIdx.y the
+// row tiles of all experts in expert order, so that the blocks running together share their rows
+// and a few experts' weights (in the other order each weight tile would read every row again).
+// Per K block of 128 columns thread 0 loads the tokens' two 64-column boxes (TMA, 128-byte
+// swizzle: the K-major B operand; the rows in the wgmma layout, formats/mxfp4.h
+// mxfp4_wgmma_position) and the 16 packed weight tiles (bulk copies, as loaded) into a ring of
+// kYStages stages. Warpgroup c (of four) takes weight rows 64c.. as one m64 block. A thread
+// decodes its A fragments as the decode path does (moe_gemm_mxfp4_decode.cuh mxfp4_kb_mma: its
+// rows g and g + 8, group q, word u giving steps 2u and 2u + 1), so each k16 step multiplies the
+// same products into the same slots as mma.sync there: the same bits, from the bias in the
+// accumulators and the same K splits (split 0 from the bias, each later split's sum added in
+// order). The four warpgroups take turns on the tensor cores: one decodes while the others' steps
+// run. Measured against the other paths: docs/PERF.md, session 42 (faster than the tiled kernels
+// at 32 to 1,024 rows an expert; slower than W4A8 at long chunks).
 #pragma once
 
 #include "kernels/cuda/moe_gemm_mxfp4_decode.cuh"
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(kYThreads, 1)
   pdl_wait();
   pdl_launch_dependents();
   TiledBlock<kYTokens> blk;
-  if (!blk.find(rows, E, int(blockIdx.y))) return;  // uniform: past the last tile (find's barriers also publish the mbarriers)
+  // Uniform: past the last tile. find's barriers also publish the mbarriers.
+  if (!blk.find(rows, E, int(blockIdx.y))) return;
   const int e = blk.e, n0 = int(blockIdx.x) * kYRows;
   // The copies of K block kb into its stage (thread 0), once the stage's last readers let it go.
   const int ntiles = min(kYRows, N - n0) / kMxfp4TileRows;
@@ -185,8 +187,8 @@ __global__ void __launch_bounds__(kYThreads, 1)
           up[h] = __shfl_down_sync(0xffffffffu, v[h], 4);
         }
         if (g % 2 == 0 && ok) {
-          const __nv_bfloat162 p = __halves2bfloat162(__float2bfloat16_rn(swiglu_clamped(v[0], up[0], sw.alpha, sw.limit)),
-                                                      __float2bfloat16_rn(swiglu_clamped(v[1], up[1], sw.alpha, sw.limit)));
+          const float o0 = swiglu_clamped(v[0], up[0], sw.alpha, sw.limit), o1 = swiglu_clamped(v[1], up[1], sw.alpha, sw.limit);
+          const __nv_bfloat162 p = __halves2bfloat162(__float2bfloat16_rn(o0), __float2bfloat16_rn(o1));
           *reinterpret_cast<__nv_bfloat162*>(sw.a + size_t(r) * Ip + mxfp4_wgmma_position(o)) = p;
         }
       }
