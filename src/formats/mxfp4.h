@@ -61,6 +61,18 @@ constexpr int mxfp4_act_column(int p) {
   return 128 * (p / 128) + 32 * c + 8 * (w / 4) + w % 4 + 4 * h;
 }
 
+// The wgmma layout of the prompt chunks' expert GEMM (kernels/cuda/moe_gemm_mxfp4_wgmma.cuh): each
+// k16 MMA step holds the same columns as in the activation layout, in the slot order of the MMA
+// (slot 2c + 8 (j % 2) + h of step s, the notation of mxfp4_act_position), its 16 columns
+// contiguous: what a K-major wgmma B operand reads from a 128-byte swizzled shared-memory row. In
+// 4-byte units each 64-byte chunk of the activation layout (units 16m + 4c + j) is transposed
+// 4 x 4 (units 16m + 4j + c).
+//   position = 128 (k / 128) + 16 s + 2 c + 8 (j % 2) + h.
+constexpr int mxfp4_wgmma_position(int k) {
+  const int c = (k % 128) / 32, r = k % 32, m = r / 8, j = r % 8 % 4, h = r % 8 / 4, s = 2 * m + j / 2;
+  return 128 * (k / 128) + 16 * s + 2 * c + 8 * (j % 2) + h;
+}
+
 // Inside a tile, each 32-bit word of a group (the checkpoint's nibbles i = 0..7: columns 8m + i of
 // word m; a nibble's bits b = 0..3: mantissa, exponent low, exponent high, sign) has its bits
 // moved to mxfp4_word_bit(i, b), so that the kernels' decode of BF16 pair j (nibbles j and j + 4)

@@ -129,6 +129,10 @@ struct GptOssCudaFp8::Impl {
   ActBuf act_h, act_attn, act_moe, act_a;
   const bool mxfp4 = opt.experts == ExpertWeights::Mxfp4;
   DeviceArray<cuda::bf16> xb, ab;  // MXFP4 experts: their BF16 inputs (norm output, SwiGLU output)
+  // MXFP4 experts of prompt chunks below the long chunks (more than kMxfp4PromptRowsHint rows an
+  // expert typically): the norm output's rows gathered by sorted row into the wgmma layout for
+  // m_grouped_mxfp4_gemm_bf16_wgmma_contiguous, whose first GEMM writes ab in that layout too.
+  DeviceArray<cuda::bf16> xw;
   // dense_bf16: the norms' fp32 outputs for the dense GEMMs [rows][H], and any dense GEMM's input
   // rounded to BF16 [rows][max(H, Q)].
   DeviceArray<float> hn;
@@ -405,6 +409,7 @@ struct GptOssCudaFp8::Impl {
       // xb holds the norm output by token, or (lt_moe) gathered by sorted row.
       xb = DeviceArray<cuda::bf16>(size_t(std::max(R4, P)) * mxfp4_act_cols(H));
       ab = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(I));
+      if (rows_hint(R) > cuda::kMxfp4PromptRowsHint) xw = DeviceArray<cuda::bf16>(size_t(P) * mxfp4_act_cols(H));
       // Long chunks through cuBLAS(Lt) (kMxfp4LtRowsPerExpert, model/gpt_oss_forward.h): W4A8 with
       // FP8 dense layers, BF16 with BF16 ones.
       const bool long_chunks = opt.cublaslt && R * cfg.experts_per_token >= kMxfp4LtRowsPerExpert * E;
@@ -594,6 +599,11 @@ struct GptOssCudaFp8::Impl {
                              stream);
   }
 
+  // Rows an expert typically gets in a forward of T rows (twice the mean, at most every token).
+  int rows_hint(int T) const {
+    const int E = cfg.num_experts, Kx = cfg.experts_per_token;
+    return std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
+  }
   // The rows of the MXFP4 experts' first GEMM of a T-row forward, sorted by expert (the route
   // kernel's MoeSorted): each reads its token's norm output; the second GEMM's (second_rows) read
   // the SwiGLU's output rows in order.
@@ -602,8 +612,7 @@ struct GptOssCudaFp8::Impl {
     cuda::ExpertRows rows;
     rows.seg = d_seg.ptr, rows.active = d_active.ptr, rows.active_max = std::min(E, T * Kx);
     rows.row_live = d_row_token.ptr, rows.x_rows = d_row_token.ptr, rows.rows = cuda::moe_rows_max(T, Kx, E);
-    // Rows an expert typically gets (twice the mean, at most every token).
-    rows.rows_per_expert = std::min(fp8::round4(T), 2 * ((T * Kx + E - 1) / E));
+    rows.rows_per_expert = rows_hint(T);
     return rows;
   }
   static cuda::ExpertRows second_rows(cuda::ExpertRows rows) {
@@ -743,6 +752,19 @@ struct GptOssCudaFp8::Impl {
           blas->gemm_bf16(experts_bf16.ptr + size_t(e) * H * Ip, ab.ptr + size_t(r0) * Ip, y.ptr + size_t(r0) * H, n, H,
                           Ip);
         });
+      } else if (mxfp4 && !pass.lt_moe && rows_hint(T) > cuda::kMxfp4PromptRowsHint && xw.ptr) {
+        // Prompt chunks: the sorted rows gathered into the wgmma layout, the first GEMM with the
+        // SwiGLU in its epilogue (ab in the wgmma layout), the second; both with their biases.
+        // Measured on an H100 (session 42, `bench --moe-batches`, a layer's two GEMMs, us, the
+        // tiled path against this one with its gather): 120b shape at 1,024 tokens 2,133 / 2,068,
+        // 2,048 3,211 / 2,141, 4,096 4,778 / 3,313; 20b shape at 512 851 / 569, 1,024 1,275 / 945.
+        // Long chunks stay W4A8 (pass.lt_moe): the 20b prefill of 2,048 tokens took 50.7 ms on
+        // this path against 38.7, of 8,192 177.4 against 105.2 (docs/PERF.md, session 42).
+        const cuda::ExpertRows rows = expert_rows(T);
+        cuda::mxfp4_rows_to_wgmma_layout(xb.ptr, d_row_token.ptr, d_seg.ptr + E, P, H, xw.ptr, stream);
+        const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};
+        cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(L.mx1.view(L.b1.ptr), xw.ptr, rows, t1.ptr, stream, &swiglu);
+        cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(L.mx2.view(L.b2.ptr), ab.ptr, rows, y.ptr, stream);
       } else if (mxfp4 && !pass.lt_moe) {
         const cuda::ExpertRows rows = expert_rows(T);
         const cuda::SwigluOut swiglu{ab.ptr, alpha, limit};  // batch 1: the first GEMM's epilogue

@@ -64,6 +64,7 @@ PrefillAttentionTiming time_prefill_attention(const PrefillAttentionShape&, int)
 namespace osprey {
 
 MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape&, int) { fail("no CUDA backend"); }
+MoeGemmTiming time_moe_gemm_mxfp4_wgmma(const MoeGemmShape&, int) { fail("no CUDA backend"); }
 MoeGemmTiming time_moe_gemm_fp8(const MoeGemmShape&, int) { fail("no CUDA backend"); }
 
 }  // namespace osprey

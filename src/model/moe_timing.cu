@@ -1,4 +1,4 @@
-// time_moe_gemm_mxfp4, time_moe_gemm_fp8 (moe_timing.h).
+// time_moe_gemm_mxfp4, time_moe_gemm_mxfp4_wgmma, time_moe_gemm_fp8 (moe_timing.h).
 #include <numeric>
 #include <vector>
 
@@ -45,6 +45,38 @@ MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& a, int reps) {
                                                rows, t1.ptr, nullptr);
     cuda::m_grouped_mxfp4_gemm_bf16_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I, kFillScalesBig}, ab.ptr,
                                                second, y.ptr, nullptr);
+  });
+  return {s, touched, r.touched};
+}
+
+MoeGemmTiming time_moe_gemm_mxfp4_wgmma(const MoeGemmShape& a, int reps) {
+  using bf16 = cuda::bf16;
+  const int E = a.experts, H = a.hidden, I = a.intermediate;
+  const Routing r = route(a);
+  const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
+  const double touched = double(r.touched) * double(up_bytes + down_bytes);
+  const int copies = copies_for(touched);
+  DeviceArray<uint8_t> up(up_bytes * E * copies), down(down_bytes * E * copies);
+  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(up.ptr, up.n, 1);
+  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(down.ptr, down.n, 2);
+  DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(b1.ptr, b1.n, 3);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(b2.ptr, b2.n, 4);
+  const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I), rows_max = int(r.row_token.size());
+  DeviceArray<bf16> x(size_t(a.batch) * Hp), xs(size_t(rows_max) * Hp), ab(size_t(rows_max) * Ip);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(x.ptr, x.n, 5);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(ab.ptr, ab.n, 6);
+  DeviceArray<float> t1(size_t(rows_max) * 2 * I), y(size_t(rows_max) * H);
+  DeviceArray<int32_t> seg = cuda::upload(r.seg.data(), r.seg.size()), active = cuda::upload(r.active.data(), r.active.size());
+  DeviceArray<int32_t> row_token = cuda::upload(r.row_token.data(), r.row_token.size());
+  const cuda::ExpertRows rows{.seg = seg.ptr, .active = active.ptr, .active_max = int(r.active.size()), .row_live = row_token.ptr,
+                              .rows = rows_max, .rows_per_expert = rows_per_expert(a)};
+  const double s = mean_seconds(reps, copies, [&](int c) {
+    cuda::mxfp4_rows_to_wgmma_layout(x.ptr, row_token.ptr, nullptr, rows_max, H, xs.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H, kFillScalesBig},
+                                                     xs.ptr, rows, t1.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I, kFillScalesBig},
+                                                     ab.ptr, rows, y.ptr, nullptr);
   });
   return {s, touched, r.touched};
 }

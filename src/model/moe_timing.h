@@ -19,5 +19,9 @@ struct MoeGemmTiming {
 };
 MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& shape, int reps);
 MoeGemmTiming time_moe_gemm_fp8(const MoeGemmShape& shape, int reps);
+// The prompt chunks' MXFP4 path on wgmma (m_grouped_mxfp4_gemm_bf16_wgmma_contiguous): the first
+// GEMM's rows gathered into the wgmma layout, then the two GEMMs; meant for long chunks (more than
+// 48 rows an expert).
+MoeGemmTiming time_moe_gemm_mxfp4_wgmma(const MoeGemmShape& shape, int reps);
 
 }  // namespace osprey

@@ -322,6 +322,38 @@ TEST(CudaFp8Model, DenseBf16MatchesTheBf16Emulation) {
   EXPECT_LT(err[0], 1e-2);
 }
 
+// A prompt chunk with MXFP4 experts above the decode paths' rows and below the long chunks (parity-b:
+// 6 experts x top-3; 160 tokens give 80 rows an expert, the hint 160 > kMxfp4PromptRowsHint, and
+// the long chunks start at 256 tokens) takes the wgmma path (rows gathered into the wgmma layout,
+// the SwiGLU in the first GEMM's epilogue). Against the CPU emulation of the MXFP4 path, with the
+// bound of the long-chunk test below: no further than twice the FP8 experts' path is from its own
+// emulation at the same chunk (parity-b's random weights let the positions drift; a wrong row,
+// layout or bias gives O(1)). The expert GEMMs are held to the tiled path's bits in
+// MoeMxfp4.WgmmaPathEqualsTheTiledPath.
+TEST(CudaFp8Model, Mxfp4PromptChunkOnWgmmaMatchesTheEmulation) {
+  test::TempDir dir;
+  synth_checkpoint(synth_preset("parity-b"), dir.str(), {.seed = 7, .progress = false});
+  GptOssWeights w = GptOssWeights::load(dir.str());
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(160);
+  for (auto& t : tokens) t = int32_t(rng() % 777);
+  double err[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const bool mx = i == 0;
+    GptOssCudaFp8 m(w, {.slots = 1, .max_context = 512, .max_rows = 512, .graphs = false, .kv_blocks = 32,
+                        .cublaslt = false, .experts = mx ? GptOssCudaFp8::ExpertWeights::Mxfp4 : GptOssCudaFp8::ExpertWeights::Fp8});
+    CudaSlots seqs(m);
+    const std::vector<float> gpu = seqs.prefill_logits(0, tokens, /*all=*/true);
+    GptOssCpuModel cpu(w, mx ? CpuPrecision::Mxfp4 : CpuPrecision::Fp8);
+    KvCache c = cpu.new_cache();
+    const std::vector<float> ref = cpu.forward(tokens, c, /*all_logits=*/true);
+    ASSERT_EQ(gpu.size(), ref.size());
+    err[i] = rel_diff(gpu.data(), ref.data(), ref.size());
+  }
+  std::printf("160-token chunk against the CPU emulations: mxfp4 (wgmma experts) %.3e, fp8 %.3e\n", err[0], err[1]);
+  EXPECT_LT(err[0], std::max(2e-2, 2 * err[1]));
+}
+
 // A long prompt chunk with MXFP4 experts takes cuBLAS(Lt) (lt_moe: from 128 rows an expert;
 // parity-b's 6 experts x top-3 at 300 tokens give 150): with FP8 dense layers W4A8 (the experts
 // converted to FP8 for cuBLASLt, their inputs FP8), with BF16 ones BF16 GEMMs on BF16-decoded

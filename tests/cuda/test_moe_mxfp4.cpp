@@ -195,6 +195,73 @@ TEST(MoeMxfp4, SwigluEpilogueEqualsTheSwigluKernel) {
     }
 }
 
+// The long prompt chunks' wgmma path (m_grouped_mxfp4_gemm_bf16_wgmma_contiguous, the weights
+// decoded in registers, the rows gathered into the wgmma layout): the tiled path's bits on every
+// row of the experts' runs (the padding rows too: zero rows, the bias), with and without scales
+// above 128, at K = 2880 (22.5 blocks), N = 2880 (a last weight tile of 64 rows, two K splits on
+// 132 SMs), N = 5760 and N = 160 (a warpgroup with one live warp); and its SwiGLU epilogue, moe_swiglu_bf16 of the tiled path's product
+// moved to the wgmma layout (zeros past N / 2), on the live rows.
+TEST(MoeMxfp4, WgmmaPathEqualsTheTiledPath) {
+  struct Case {
+    int T, E, k, N, scale_hi;
+  };
+  const int K = 2880, Kp = mxfp4_act_cols(K);
+  for (const Case cs : {Case{129, 8, 4, 2880, 131}, Case{600, 8, 4, 2880, 128}, Case{300, 8, 4, 5760, 131},
+                        Case{300, 4, 1, 5760, 128}, Case{200, 6, 3, 160, 131}}) {
+    const int T = cs.T, E = cs.E, k = cs.k, N = cs.N;
+    SCOPED_TRACE("T " + std::to_string(T) + " top-" + std::to_string(k) + " of " + std::to_string(E) + ", N " +
+                 std::to_string(N) + ", scales to " + std::to_string(cs.scale_hi));
+    GroupedInputs in(T, E, k, N, K, 270 + T, 271, 256, cs.scale_hi);
+    in.view.big_scales = cs.scale_hi > kMxfp4OneMultiplyMaxScale;
+    const int P = in.P, I = N / 2, Ip = mxfp4_act_cols(I);
+    Dev<float> want(size_t(P) * N), got(size_t(P) * N), got2(size_t(P) * N);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view, as_dev_bf16(in.xb), in.rows, want.p, nullptr);
+    Dev<bf16> xs(size_t(P) * Kp);
+    cuda::mxfp4_rows_to_wgmma_layout(as_dev_bf16(in.xb), in.row_token.p, in.seg.p + E, P, K, as_dev_bf16(xs), nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(in.view, as_dev_bf16(xs), in.rows, got.p, nullptr);
+    const auto hw = want.get(), hg = got.get();
+    const auto hrow = in.row_token.get(), hseg = in.seg.get();
+    ASSERT_GT(hseg[E], 0);
+    for (int r = 0; r < hseg[E]; ++r)
+      for (int n = 0; n < N; ++n)
+        ASSERT_EQ(hg[size_t(r) * N + n], hw[size_t(r) * N + n]) << "row " << r << " (token " << hrow[r] << ") column " << n;
+    if (N % 2) continue;
+    Dev<bf16> a_want(size_t(P) * Ip), a_got(size_t(P) * Ip);
+    cuda::moe_swiglu_bf16(want.p, in.seg.p + E, P, I, 1.702f, 7.0f, as_dev_bf16(a_want), nullptr);
+    const cuda::SwigluOut sw{as_dev_bf16(a_got), 1.702f, 7.0f};
+    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(in.view, as_dev_bf16(xs), in.rows, got2.p, nullptr, &sw);
+    const auto haw = a_want.get(), hag = a_got.get();
+    for (int r = 0; r < hseg[E]; ++r) {
+      if (hrow[r] < 0) continue;
+      for (int o = 0; o < Ip; ++o)
+        ASSERT_EQ(hag[size_t(r) * Ip + mxfp4_wgmma_position(o)], haw[size_t(r) * Ip + mxfp4_act_position(o)])
+            << "row " << r << " output " << o;
+    }
+  }
+}
+
+// The gather into the wgmma layout: every row (src null), the rows src names (negative: zeros), and
+// zeros past the device's row count.
+TEST(MoeMxfp4, RowsToWgmmaLayoutMovesEveryColumn) {
+  const int T = 5, K = 2880, Kp = mxfp4_act_cols(K);
+  std::vector<bf16> h(size_t(T) * Kp);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(float(int(i % 1999) - 999));
+  const Dev<bf16> x(h);
+  const Dev<int32_t> src(std::vector<int32_t>{4, -1, 0, 2, 3, 1}), end(std::vector<int32_t>{4});
+  Dev<bf16> all(size_t(T) * Kp), some(size_t(6) * Kp);
+  cuda::mxfp4_rows_to_wgmma_layout(as_dev_bf16(x), nullptr, nullptr, T, K, as_dev_bf16(all), nullptr);
+  cuda::mxfp4_rows_to_wgmma_layout(as_dev_bf16(x), src.p, end.p, 6, K, as_dev_bf16(some), nullptr);
+  const auto ha = all.get(), hs = some.get();
+  const int from[6] = {4, -1, 0, 2, -1, -1};  // rows 4 and 5 are past the count (4)
+  for (int k = 0; k < Kp; ++k) {
+    const int a = mxfp4_act_position(k), w = mxfp4_wgmma_position(k);
+    for (int t = 0; t < T; ++t) ASSERT_EQ(ha[size_t(t) * Kp + w], h[size_t(t) * Kp + a]) << "row " << t << " column " << k;
+    for (int r = 0; r < 6; ++r)
+      ASSERT_EQ(hs[size_t(r) * Kp + w], from[r] < 0 ? bf16(0) : h[size_t(from[r]) * Kp + a])
+          << "row " << r << " column " << k;
+  }
+}
+
 // Weights without a scale above 128 (those of trained experts): the decode kernels that leave out
 // the second multiply's test (Mxfp4ExpertsView::big_scales false) give the general kernels' bits,
 // on the row path's one-wave (1 token) and two-chunk (40 tokens, 32 experts) 8-row passes and its

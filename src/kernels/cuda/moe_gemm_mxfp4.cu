@@ -14,6 +14,8 @@
 #include "kernels/cuda/moe_gemm_mxfp4.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4_decode.cuh"
 #include "kernels/cuda/moe_gemm_mxfp4_tiled.cuh"
+#include "kernels/cuda/moe_gemm_mxfp4_wgmma.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace osprey::cuda {
 
@@ -239,7 +241,7 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
   const int ks = mxfp4_k_splits(W.N, W.K, sms);
   constexpr size_t kMaxSmem = 200 * 1024;
   // Up to 48 rows an expert the decode paths; beyond, tiles of tiled_mt's height.
-  if (rows.rows_per_expert > 48) {
+  if (rows.rows_per_expert > kMxfp4PromptRowsHint) {
     static std::once_flag once;
     std::call_once(once, [] {
       OSPREY_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_tiled_mma_kernel<2, kTiledWM>,
@@ -309,6 +311,44 @@ void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16*
     launch_pdl("gemm", kernel, grid, warps * 32, smem, st, W, x, rows, y, ks, epilogue ? *swiglu : SwigluOut{});
     if (!epilogue) swiglu_after();
   }
+}
+
+void m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows,
+                                                float* y, cudaStream_t st, const SwigluOut* swiglu) {
+  if (W.N % 16 || W.K % 32 || W.experts < 1 || W.experts > kMaxExperts || (swiglu && W.N % 2))
+    fail_plain("m_grouped_mxfp4_gemm_bf16_wgmma_contiguous: N must be a multiple of 16, K of 32, experts in [1, 256] "
+               "(got N " + std::to_string(W.N) + ", K " + std::to_string(W.K) + ", " + std::to_string(W.experts) +
+               " experts)");
+  if (!x || !y || !rows.seg || reinterpret_cast<uintptr_t>(x) % 16)
+    fail_plain("m_grouped_mxfp4_gemm_bf16_wgmma_contiguous: needs 16-byte aligned rows, an output and the segments");
+  if (swiglu && !swiglu->a) fail_plain("m_grouped_mxfp4_gemm_bf16_wgmma_contiguous: the SwiGLU epilogue needs its output");
+  if (rows.rows == 0) return;
+  const int Kp = mxfp4_act_cols(W.K);
+  const uint64_t dims[2] = {uint64_t(Kp), uint64_t(rows.rows)}, strides[1] = {uint64_t(Kp) * 2};
+  const uint32_t box[2] = {uint32_t(kBlk / 2), uint32_t(kYTokens)};
+  const CUtensorMap tx = tma_map_swizzled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x, dims, strides, box,
+                                          "m_grouped_mxfp4_gemm_bf16_wgmma_contiguous");
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (auto k : {mxfp4_wgmma_yt_kernel<false, false>, mxfp4_wgmma_yt_kernel<false, true>,
+                   mxfp4_wgmma_yt_kernel<true, false>, mxfp4_wgmma_yt_kernel<true, true>})
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kYSmem)));
+  });
+  const int ks = mxfp4_k_splits(W.N, W.K, sm_count());  // the decode path's splits: the same bits
+  const dim3 grid(unsigned((W.N + kYRows - 1) / kYRows), unsigned(rows.rows / kYTokens + W.experts));
+  auto* kernel = swiglu ? (W.big_scales ? mxfp4_wgmma_yt_kernel<true, true> : mxfp4_wgmma_yt_kernel<true, false>)
+                        : (W.big_scales ? mxfp4_wgmma_yt_kernel<false, true> : mxfp4_wgmma_yt_kernel<false, false>);
+  launch_pdl("gemm", kernel, grid, kYThreads, kYSmem, st, tx, W, rows, y, ks, swiglu ? *swiglu : SwigluOut{});
+}
+
+void mxfp4_rows_to_wgmma_layout(const bf16* x, const int32_t* src, const int32_t* rows_end, int rows, int K, bf16* out,
+                                cudaStream_t st) {
+  if (rows == 0) return;
+  if (!x || !out || (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16)
+    fail_plain("mxfp4_rows_to_wgmma_layout: needs 16-byte aligned rows in and out");
+  const int Kp = mxfp4_act_cols(K);
+  const size_t n = size_t(rows) * (Kp / 32);
+  launch_pdl("quant", act_rows_to_wgmma_kernel, unsigned((n + 255) / 256), 256, 0, st, x, src, rows_end, rows, Kp, out);
 }
 
 void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st, const int32_t* in_rows) {

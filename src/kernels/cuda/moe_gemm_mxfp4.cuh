@@ -64,6 +64,25 @@ struct SwigluOut {
 void m_grouped_mxfp4_gemm_bf16_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows, float* y,
                                           cudaStream_t st, const SwigluOut* swiglu = nullptr);
 
+// Above this many rows an expert typically (ExpertRows::rows_per_expert), m_grouped_mxfp4_gemm_bf16_
+// contiguous takes its tiled path; the model takes the wgmma path below for such prompt chunks.
+constexpr int kMxfp4PromptRowsHint = 48;
+
+// The same products for prompt chunks on wgmma, the weights decoded in registers
+// (moe_gemm_mxfp4_wgmma.cuh): x the sorted rows [rows.rows][round128(K)] in the wgmma layout
+// (formats/mxfp4.h mxfp4_wgmma_position; mxfp4_rows_to_wgmma_layout makes it), read by TMA
+// (rows.x_rows is not used: padding rows are zero rows there). y fp32 [rows][N]: the tiled path's
+// bits (split 0 from the bias, the decode path's K splits); N % 16 == 0. With swiglu: its a
+// receives the clamped SwiGLU of every row of the experts' runs, in the wgmma layout (zeros past
+// N / 2), as moe_swiglu_bf16 computes it; y then holds only the earlier K splits' sums.
+void m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(const Mxfp4ExpertsView& W, const bf16* x, const ExpertRows& rows,
+                                                float* y, cudaStream_t st, const SwigluOut* swiglu = nullptr);
+// out[r] = x[src[r]] (src null: x[r]; src[r] < 0, or r at or past *rows_end when rows_end is
+// given (device): zeros) moved from the activation layout to the wgmma layout: rows of round128(K)
+// BF16, r < rows.
+void mxfp4_rows_to_wgmma_layout(const bf16* x, const int32_t* src, const int32_t* rows_end, int rows, int K, bf16* out,
+                                cudaStream_t st);
+
 // x fp32 [.][K] -> BF16 (round to nearest) in the MXFP4 activation layout, out [T][round128(K)];
 // out row t reads x row in_rows[t] (zeros where it is < 0) when in_rows is given, else row t.
 void to_bf16_mxfp4_layout(const float* x, int T, int K, bf16* out, cudaStream_t st, const int32_t* in_rows = nullptr);

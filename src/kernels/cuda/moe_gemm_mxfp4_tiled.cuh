@@ -54,14 +54,14 @@ int tiled_mt(int rows_per_expert) { return rows_per_expert / 2 <= 64 ? 2 : 4; }
 // / 2,209, 2,048 3,766 / 3,213; 20b at 256 659 / 543, 512 1,005 / 847.
 constexpr int kTiledWM = 1;
 
-// The row tile of this block (blockIdx.x walks every expert's run cut into tiles of kTM rows, in
-// expert order): expert e, rows m0 .. m_end - 1 of the sorted rows (m_end: the expert's end; a tile
-// can stop short of it). find: a block-wide prefix sum of the experts' tile counts; false (the
-// same for the whole block) past the last tile.
+// The row tile of this block (t_global, blockIdx.x by default, walks every expert's run cut into
+// tiles of kTM rows, in expert order): expert e, rows m0 .. m_end - 1 of the sorted rows (m_end:
+// the expert's end; a tile can stop short of it). find: a block-wide prefix sum of the experts'
+// tile counts; false (the same for the whole block) past the last tile.
 template <int kTM>
 struct TiledBlock {
   int e = 0, m0 = 0, m_end = 0;
-  __device__ bool find(const ExpertRows& rows, int E) {
+  __device__ bool find(const ExpertRows& rows, int E, int t_global = int(blockIdx.x)) {
     __shared__ int tile_start[257];
     __shared__ int found[2];
     const int tid = threadIdx.x;
@@ -80,7 +80,6 @@ struct TiledBlock {
       }
     }
     __syncthreads();
-    const int t_global = int(blockIdx.x);
     if (t_global >= tile_start[E]) return false;
     for (int i = tid; i < E; i += blockDim.x)
       if (tile_start[i] <= t_global && t_global < tile_start[i + 1]) found[0] = i;
