@@ -6,6 +6,9 @@
 # - the prefill at the lengths whose experts change path (20b 256-1,024 tokens, 120b 1,024-4,096),
 #   main and mid.
 # Carry .devcarry/lib and .devcarry/s42 (mid, main). RUN_120B=1: the 120b prefill too (about 4 minutes).
+# The builds, if .devcarry is gone: mid is main at the merge of s42-wgmma (build/osprey and
+# build/tests/osprey_cuda_tests xz-compressed to .devcarry/s42/mid/osprey.xz and tests.xz); main is
+# ccfc13e: `git diff HEAD ccfc13e -- src tests > /tmp/p && python3 bench/variant_build.py /tmp/p .devcarry/s42/main`.
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 builds_preamble .devcarry/s42 mid main
