@@ -360,6 +360,32 @@ TEST(Mxfp4Emulation, DenseAsFp8ExpertsExactWithBf16Inputs) {
   EXPECT_EQ(run(CpuPrecision::Mxfp4), mx);
 }
 
+// The wgmma layout: a permutation inside each 128-column block that keeps every column in its
+// k16 step of the activation layout, with the step's 16 columns in MMA slot order, and that is the
+// activation layout's 64-byte chunks transposed 4 x 4 in 4-byte units (what the GPU's row gather
+// does: mxfp4_rows_to_wgmma_layout).
+TEST(Mxfp4Layout, WgmmaLayoutTransposesTheActivationLayoutsChunks) {
+  std::vector<int> seen(256, 0);
+  for (int k = 0; k < 256; ++k) {
+    const int a = mxfp4_act_position(k), w = mxfp4_wgmma_position(k);
+    ++seen[size_t(w)];
+    ASSERT_EQ(w / 128, k / 128);
+    ASSERT_EQ(w % 128 / 16, a % 128 / 32 * 2 + a % 8 / 4) << "column " << k << " keeps its k16 step";
+    ASSERT_EQ(a % 2, w % 2);  // the BF16 pairs (columns k, k + 4) stay together
+    const int ua = a / 2, uw = w / 2;
+    ASSERT_EQ(uw / 16, ua / 16);
+    ASSERT_EQ(uw % 16, ua % 4 * 4 + ua % 16 / 4) << "column " << k;
+  }
+  for (int n : seen) ASSERT_EQ(n, 1);
+  // Step 0's slots 0..15: thread c's pairs (k, k + 4) for k = 0 (slots 2c, 2c + 1) and k = 1
+  // (slots 2c + 8, 2c + 9) of group c.
+  EXPECT_EQ(mxfp4_wgmma_position(0), 0);
+  EXPECT_EQ(mxfp4_wgmma_position(4), 1);
+  EXPECT_EQ(mxfp4_wgmma_position(32), 2);
+  EXPECT_EQ(mxfp4_wgmma_position(1), 8);
+  EXPECT_EQ(mxfp4_wgmma_position(2), 16);
+}
+
 TEST(Mxfp4Layout, PositionsArePermutationsAndWeightTiles) {
   for (int K : {32, 64, 2880})
     for (int k = 0; k < mxfp4_act_cols(K); ++k) {
