@@ -7,7 +7,9 @@
 // weights: 8 rows a pass through each warp's own ring (the row path), or, past 16 rows an expert,
 // 32 rows a pass through one ring for the block (the wide path); prefill chunks run output tiles
 // of 64 rows (mma.sync, where experts get up to 64 rows on average) or 128 rows (wgmma) by 128
-// weight rows. All give the same bits. K = 2880 is 22.5 blocks of 128 columns:
+// weight rows, or, on rows in the wgmma layout, the model's path for prompt chunks:
+// m_grouped_mxfp4_gemm_bf16_wgmma_contiguous (the weights decoded into wgmma's A registers, 256
+// weight rows by 128 tokens). All give the same bits. K = 2880 is 22.5 blocks of 128 columns:
 // the last block's missing half is read as zeros (no weight bytes loaded, zero activations).
 // The CPU twin: kernels/cpu f32_mxfp4w_matmul on BF16-rounded inputs (tests/cuda/test_moe_mxfp4.cu).
 #pragma once
