@@ -15,70 +15,67 @@ namespace osprey {
 using cuda::DeviceArray;
 using namespace moe_inputs;
 
-MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& a, int reps) {
+// The MXFP4 GEMMs' inputs on the device, for both MXFP4 paths: copies of one layer's experts
+// (random tiles and biases), each token's BF16 row in the activation layout, the second GEMM's rows,
+// the outputs and the routing's sorted rows; view(up, c): copy c of the first (or second) matrix.
+struct Mxfp4TimingInputs {
   using bf16 = cuda::bf16;
-  const int E = a.experts, H = a.hidden, I = a.intermediate, P = a.batch * a.top_k;
-  const Routing r = route(a);
-  const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
-  const double touched = double(r.touched) * double(up_bytes + down_bytes);
-  const int copies = copies_for(touched);
-  DeviceArray<uint8_t> up(up_bytes * E * copies), down(down_bytes * E * copies);
-  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(up.ptr, up.n, 1);
-  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(down.ptr, down.n, 2);
-  DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(b1.ptr, b1.n, 3);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(b2.ptr, b2.n, 4);
-  const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I);
-  DeviceArray<bf16> x(size_t(a.batch) * Hp), ab(size_t(P) * Ip);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(x.ptr, x.n, 5);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(ab.ptr, ab.n, 6);
-  DeviceArray<float> t1(size_t(P) * 2 * I), y(size_t(P) * H);
-  DeviceArray<int32_t> seg = cuda::upload(r.seg.data(), r.seg.size()), active = cuda::upload(r.active.data(), r.active.size());
-  DeviceArray<int32_t> row_token = cuda::upload(r.row_token.data(), r.row_token.size());
-  cuda::ExpertRows rows{.seg = seg.ptr, .active = active.ptr, .active_max = int(r.active.size()), .row_live = row_token.ptr,
-                        .x_rows = row_token.ptr, .rows = P, .rows_per_expert = rows_per_expert(a)};
-  cuda::ExpertRows second = rows;
+  int E, H, I, P;
+  Routing r;
+  size_t up_bytes, down_bytes;
+  double touched;
+  int copies;
+  DeviceArray<uint8_t> up, down;
+  DeviceArray<bf16> b1, b2, x, ab;
+  DeviceArray<float> t1, y;
+  DeviceArray<int32_t> seg, active, row_token;
+  cuda::ExpertRows rows;
+  explicit Mxfp4TimingInputs(const MoeGemmShape& a)
+      : E(a.experts), H(a.hidden), I(a.intermediate), P(a.batch * a.top_k), r(route(a)),
+        up_bytes(mxfp4_tiles_bytes(2 * I, H)), down_bytes(mxfp4_tiles_bytes(H, I)),
+        touched(double(r.touched) * double(up_bytes + down_bytes)), copies(copies_for(touched)),
+        up(up_bytes * E * copies), down(down_bytes * E * copies), b1(size_t(E) * 2 * I), b2(size_t(E) * H),
+        x(size_t(a.batch) * mxfp4_act_cols(H)), ab(size_t(P) * mxfp4_act_cols(I)), t1(size_t(P) * 2 * I),
+        y(size_t(P) * H), seg(cuda::upload(r.seg.data(), r.seg.size())),
+        active(cuda::upload(r.active.data(), r.active.size())),
+        row_token(cuda::upload(r.row_token.data(), r.row_token.size())) {
+    fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(up.ptr, up.n, 1);
+    fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(down.ptr, down.n, 2);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(b1.ptr, b1.n, 3);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(b2.ptr, b2.n, 4);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(x.ptr, x.n, 5);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(ab.ptr, ab.n, 6);
+    rows = cuda::ExpertRows{.seg = seg.ptr, .active = active.ptr, .active_max = int(r.active.size()),
+                            .row_live = row_token.ptr, .x_rows = row_token.ptr, .rows = P,
+                            .rows_per_expert = rows_per_expert(a)};
+  }
+  // fill_mxfp4_tiles's scales, as the loader finds for trained experts: no second multiply.
+  cuda::Mxfp4ExpertsView view(bool first, int c) const {
+    return first ? cuda::Mxfp4ExpertsView{up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H, kFillScalesBig}
+                 : cuda::Mxfp4ExpertsView{down.ptr + down_bytes * E * c, b2.ptr, E, H, I, kFillScalesBig};
+  }
+};
+
+MoeGemmTiming time_moe_gemm_mxfp4(const MoeGemmShape& a, int reps) {
+  const Mxfp4TimingInputs in(a);
+  cuda::ExpertRows second = in.rows;
   second.x_rows = nullptr;
-  const double s = mean_seconds(reps, copies, [&](int c) {
-    // fill_mxfp4_tiles's scales, as the loader finds for trained experts: no second multiply.
-    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H, kFillScalesBig}, x.ptr,
-                                               rows, t1.ptr, nullptr);
-    cuda::m_grouped_mxfp4_gemm_bf16_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I, kFillScalesBig}, ab.ptr,
-                                               second, y.ptr, nullptr);
+  const double s = mean_seconds(reps, in.copies, [&](int c) {
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view(true, c), in.x.ptr, in.rows, in.t1.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_contiguous(in.view(false, c), in.ab.ptr, second, in.y.ptr, nullptr);
   });
-  return {s, touched, r.touched};
+  return {s, in.touched, in.r.touched};
 }
 
 MoeGemmTiming time_moe_gemm_mxfp4_wgmma(const MoeGemmShape& a, int reps) {
-  using bf16 = cuda::bf16;
-  const int E = a.experts, H = a.hidden, I = a.intermediate;
-  const Routing r = route(a);
-  const size_t up_bytes = mxfp4_tiles_bytes(2 * I, H), down_bytes = mxfp4_tiles_bytes(H, I);
-  const double touched = double(r.touched) * double(up_bytes + down_bytes);
-  const int copies = copies_for(touched);
-  DeviceArray<uint8_t> up(up_bytes * E * copies), down(down_bytes * E * copies);
-  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(up.ptr, up.n, 1);
-  fill_mxfp4_tiles<<<kFillBlocks, kFillThreads>>>(down.ptr, down.n, 2);
-  DeviceArray<bf16> b1(size_t(E) * 2 * I), b2(size_t(E) * H);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(b1.ptr, b1.n, 3);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(b2.ptr, b2.n, 4);
-  const int Hp = mxfp4_act_cols(H), Ip = mxfp4_act_cols(I), rows_max = int(r.row_token.size());
-  DeviceArray<bf16> x(size_t(a.batch) * Hp), xs(size_t(rows_max) * Hp), ab(size_t(rows_max) * Ip);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(x.ptr, x.n, 5);
-  fill_bf16<<<kFillBlocks, kFillThreads>>>(ab.ptr, ab.n, 6);
-  DeviceArray<float> t1(size_t(rows_max) * 2 * I), y(size_t(rows_max) * H);
-  DeviceArray<int32_t> seg = cuda::upload(r.seg.data(), r.seg.size()), active = cuda::upload(r.active.data(), r.active.size());
-  DeviceArray<int32_t> row_token = cuda::upload(r.row_token.data(), r.row_token.size());
-  const cuda::ExpertRows rows{.seg = seg.ptr, .active = active.ptr, .active_max = int(r.active.size()), .row_live = row_token.ptr,
-                              .rows = rows_max, .rows_per_expert = rows_per_expert(a)};
-  const double s = mean_seconds(reps, copies, [&](int c) {
-    cuda::mxfp4_rows_to_wgmma_layout(x.ptr, row_token.ptr, nullptr, rows_max, H, xs.ptr, nullptr);
-    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous({up.ptr + up_bytes * E * c, b1.ptr, E, 2 * I, H, kFillScalesBig},
-                                                     xs.ptr, rows, t1.ptr, nullptr);
-    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous({down.ptr + down_bytes * E * c, b2.ptr, E, H, I, kFillScalesBig},
-                                                     ab.ptr, rows, y.ptr, nullptr);
+  const Mxfp4TimingInputs in(a);
+  DeviceArray<cuda::bf16> xs(size_t(in.P) * mxfp4_act_cols(in.H));  // the first GEMM's rows, wgmma layout
+  const double s = mean_seconds(reps, in.copies, [&](int c) {
+    cuda::mxfp4_rows_to_wgmma_layout(in.x.ptr, in.row_token.ptr, nullptr, in.P, in.H, xs.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(in.view(true, c), xs.ptr, in.rows, in.t1.ptr, nullptr);
+    cuda::m_grouped_mxfp4_gemm_bf16_wgmma_contiguous(in.view(false, c), in.ab.ptr, in.rows, in.y.ptr, nullptr);
   });
-  return {s, touched, r.touched};
+  return {s, in.touched, in.r.touched};
 }
 
 MoeGemmTiming time_moe_gemm_fp8(const MoeGemmShape& a, int reps) {
