@@ -6,39 +6,39 @@
 #   fragment sets, one MMA group in flight while the next K block decodes);
 # - w3n: w3 and an expert's last tile of at most 32 or 64 tokens on m64n32 / m64n64 MMAs (the
 #   branch's second commit);
-# - w3s5: w3 with a 5-stage ring; w3L: w3 with every prompt chunk's experts on the wgmma path
+# - w3L: w3 with every prompt chunk's experts on the wgmma path
 #   (kMxfp4LtRowsPerExpert = 100000: no W4A8).
 # Runs: the tests of mid (MXFP4 kernels, model; the mid-size chunk's model test never ran on a GPU)
-# and of w3 (MXFP4 kernels, the model's MXFP4 tests); the MoE GEMMs of one layer, mid / w3 / w3s5;
-# ncu of w3's kernel at the 20b's 8,192 tokens; the 20b prefill at 256-1,024 tokens (main, mid,
-# w3, w3n) and at 2,048 and 8,192 (mid with W4A8, w3L).
+# and of w3n (MXFP4 kernels, the model's MXFP4 tests); the MoE GEMMs of one layer, mid / w3 / w3n;
+# ncu of w3n's kernel at the 20b's 8,192 tokens; the 20b prefill at 256-1,024 tokens (main, mid,
+# w3n) and at 2,048 and 8,192 (mid with W4A8, w3L).
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
-unpack .devcarry/s43/w3 build/w3; unpack .devcarry/s43/w3n build/w3n; unpack .devcarry/s43/w3s5 build/w3s5; unpack .devcarry/s43/w3L build/w3L
+unpack .devcarry/s43/w3 build/w3; unpack .devcarry/s43/w3n build/w3n; unpack .devcarry/s43/w3L build/w3L
 builds_preamble .devcarry/s42 mid main
 echo "== tests mid (MXFP4, the model)"
 timeout 150 build/mid/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.*' > $OUT/tests_mid.log 2>&1
 echo "rc $?"; gtest_summary $OUT/tests_mid.log; grep -E "row .* column|output|Expected|Which is|against the CPU" $OUT/tests_mid.log | head -8
-for b in w3 w3n; do
+for b in w3n; do
   echo "== tests $b (MXFP4, the model's MXFP4 tests)"
   timeout 100 build/$b/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.Mxfp4*' > $OUT/tests_$b.log 2>&1
   echo "rc $?"; gtest_summary $OUT/tests_$b.log; grep -E "row .* column|output|Expected|Which is|against the CPU|widths|tiles of" $OUT/tests_$b.log | head -8
 done
-for bm in mid:20b:256,512,1024,8192 w3:20b:256,512,1024,8192 w3n:20b:256,512,1024,8192 w3s5:20b:1024,8192 mid:120b:1536,2048,4096,8192 w3:120b:1536,2048,4096,8192 w3n:120b:1536,2048,4096,8192 w3s5:120b:4096,8192; do
+for bm in mid:20b:256,512,1024,8192 w3:20b:256,512,1024,8192 w3n:20b:256,512,1024,8192 mid:120b:1536,2048,4096,8192 w3:120b:1536,2048,4096,8192 w3n:120b:1536,2048,4096,8192; do
   b=${bm%%:*}; r=${bm#*:}; m=${r%%:*}
   echo "== moe $b $m"
   timeout 90 build/$b/osprey bench --backend cuda --model bench/shapes/$m --prefill-lens "" --batches "" \
     --moe-batches ${r#*:} --steps 32 > $OUT/moe_${b}_$m.txt 2>&1
   grep -E "wgmma|rror" $OUT/moe_${b}_$m.txt
 done
-echo "== ncu of w3's wgmma MXFP4 GEMM (20b shape, 8,192 tokens: one up and one down launch)"
+echo "== ncu of w3n's wgmma MXFP4 GEMM (20b shape, 8,192 tokens: one up and one down launch)"
 timeout 120 ncu --clock-control none --kernel-name regex:mxfp4_wgmma_yt --launch-skip 2 --launch-count 2 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
   --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
-  build/w3/osprey bench --backend cuda --model bench/shapes/20b --prefill-lens "" --batches "" --moe-batches 8192 \
-  --steps 2 > $OUT/ncu_w3_20b_8k.txt 2>&1
-echo "rc $?"; grep -E "Duration|Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers|Stall" $OUT/ncu_w3_20b_8k.txt | head -30
+  build/w3n/osprey bench --backend cuda --model bench/shapes/20b --prefill-lens "" --batches "" --moe-batches 8192 \
+  --steps 2 > $OUT/ncu_w3n_20b_8k.txt 2>&1
+echo "rc $?"; grep -E "Duration|Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers|Stall" $OUT/ncu_w3n_20b_8k.txt | head -30
 D=$(synth_dir 20b)
-prefill_builds $D 256,512,1024 60 main mid w3 w3n
+prefill_builds $D 256,512,1024 60 main mid w3n
 prefill_builds $D 2048,8192 60 mid w3L
 date
