@@ -24,7 +24,7 @@ for b in w3n; do
   timeout 100 build/$b/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.Mxfp4*' > $OUT/tests_$b.log 2>&1
   echo "rc $?"; gtest_summary $OUT/tests_$b.log; grep -E "row .* column|output|Expected|Which is|against the CPU|widths|tiles of" $OUT/tests_$b.log | head -8
 done
-for bm in mid:20b:256,512,1024,8192 w3:20b:256,512,1024,8192 w3n:20b:256,512,1024,8192 mid:120b:1536,2048,4096,8192 w3:120b:1536,2048,4096,8192 w3n:120b:1536,2048,4096,8192; do
+for bm in mid:20b:128,256,512,1024,8192 w3:20b:256,512,1024,8192 w3n:20b:128,256,512,1024,8192 mid:120b:768,1024,1536,2048,4096,8192 w3:120b:1536,2048,4096,8192 w3n:120b:768,1024,1536,2048,4096,8192; do
   b=${bm%%:*}; r=${bm#*:}; m=${r%%:*}
   echo "== moe $b $m"
   timeout 90 build/$b/osprey bench --backend cuda --model bench/shapes/$m --prefill-lens "" --batches "" \
