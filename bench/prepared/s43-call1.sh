@@ -3,7 +3,8 @@
 # - mid: main e365b2c (session 42's wgmma MXFP4 path for the mid-size prompt chunks);
 # - main: ccfc13e, before it (bench/variant_build.py, as bench/prepared/s42-call2.sh says);
 # - w3: branch s43-wgmma-3wg (the wgmma kernel on three warpgroups of 192-row tiles with two
-#   fragment sets, one MMA group in flight while the next K block decodes);
+#   fragment sets, one MMA group in flight while the next K block decodes; not run alone: w3L is
+#   built from it);
 # - w3n: w3 and an expert's last tile of at most 32 or 64 tokens on m64n32 / m64n64 MMAs (the
 #   branch's second commit);
 # - w3L: w3 with every prompt chunk's experts on the wgmma path
