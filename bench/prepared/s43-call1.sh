@@ -17,9 +17,6 @@ cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 unpack .devcarry/s43/w3n build/w3n; unpack .devcarry/s43/w3L build/w3L
 builds_preamble .devcarry/s42 mid main
-echo "== tests mid (MXFP4, the model)"
-timeout 150 build/mid/tests --gtest_filter='MoeMxfp4.Wgmma*:MoeMxfp4.RowsToWgmma*:CudaFp8Model.Mxfp4*' > $OUT/tests_mid.log 2>&1
-echo "rc $?"; gtest_summary $OUT/tests_mid.log; grep -E "row .* column|output|Expected|Which is|against the CPU" $OUT/tests_mid.log | head -8
 for b in w3n; do
   echo "== tests $b (MXFP4, the model's MXFP4 tests)"
   timeout 100 build/$b/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.Mxfp4*' > $OUT/tests_$b.log 2>&1
@@ -32,6 +29,12 @@ for bm in mid:20b:128,256,512,1024,8192 w3n:20b:128,256,512,1024,8192 mid:120b:7
     --moe-batches ${r#*:} --steps 32 > $OUT/moe_${b}_$m.txt 2>&1
   grep -E "wgmma|rror" $OUT/moe_${b}_$m.txt
 done
+echo "== tests mid (MXFP4, the model)"
+timeout 150 build/mid/tests --gtest_filter='MoeMxfp4.Wgmma*:MoeMxfp4.RowsToWgmma*:CudaFp8Model.Mxfp4*' > $OUT/tests_mid.log 2>&1
+echo "rc $?"; gtest_summary $OUT/tests_mid.log; grep -E "row .* column|output|Expected|Which is|against the CPU" $OUT/tests_mid.log | head -8
+D=$(synth_dir 20b)
+prefill_builds $D 256,512,1024 60 main mid w3n
+prefill_builds $D 2048,8192 60 mid w3L
 echo "== ncu of w3n's wgmma MXFP4 GEMM (20b shape, 8,192 tokens: one up and one down launch)"
 timeout 120 ncu --clock-control none --kernel-name regex:mxfp4_wgmma_yt --launch-skip 2 --launch-count 2 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
@@ -39,7 +42,4 @@ timeout 120 ncu --clock-control none --kernel-name regex:mxfp4_wgmma_yt --launch
   build/w3n/osprey bench --backend cuda --model bench/shapes/20b --prefill-lens "" --batches "" --moe-batches 8192 \
   --steps 2 > $OUT/ncu_w3n_20b_8k.txt 2>&1
 echo "rc $?"; grep -E "Duration|Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers|Stall" $OUT/ncu_w3n_20b_8k.txt | head -30
-D=$(synth_dir 20b)
-prefill_builds $D 256,512,1024 60 main mid w3n
-prefill_builds $D 2048,8192 60 mid w3L
 date
