@@ -9,11 +9,5 @@ builds_preamble .devcarry/s42 mid
 echo "== tests w3n (MXFP4)"
 timeout 60 build/w3n/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*' > $OUT/tests_w3n.log 2>&1
 echo "rc $?"; gtest_summary $OUT/tests_w3n.log; grep -E "row .* column|output|Expected|Which is|tiles of" $OUT/tests_w3n.log | head -8
-for bm in mid:20b:256,1024,8192 w3n:20b:256,1024,8192 mid:120b:1024,2048,4096 w3n:120b:1024,2048,4096; do
-  b=${bm%%:*}; r=${bm#*:}; m=${r%%:*}
-  echo "== moe $b $m"
-  timeout 60 build/$b/osprey bench --backend cuda --model bench/shapes/$m --prefill-lens "" --batches "" \
-    --moe-batches ${r#*:} --steps 16 > $OUT/moe_${b}_$m.txt 2>&1
-  grep -E "wgmma|rror" $OUT/moe_${b}_$m.txt
-done
+moe_builds 16 60 mid:20b:256,1024,8192 w3n:20b:256,1024,8192 mid:120b:1024,2048,4096 w3n:120b:1024,2048,4096
 date

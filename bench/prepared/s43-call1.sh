@@ -9,7 +9,7 @@
 #   branch's second commit);
 # - w3L: w3 with every prompt chunk's experts on the wgmma path
 #   (kMxfp4LtRowsPerExpert = 100000: no W4A8).
-# Runs: the tests of mid (MXFP4 kernels, model; the mid-size chunk's model test never ran on a GPU)
+# Runs: the tests of mid (MXFP4 kernels, model; they passed in session 43's call 3)
 # and of w3n (MXFP4 kernels, the model's MXFP4 tests); the MoE GEMMs of one layer, mid / w3n;
 # ncu of w3n's kernel at the 20b's 8,192 tokens; the 20b prefill at 256-1,024 tokens (main, mid,
 # w3n) and at 2,048 and 8,192 (mid with W4A8, w3L).
@@ -17,18 +17,10 @@ cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 unpack .devcarry/s43/w3n build/w3n; unpack .devcarry/s43/w3L build/w3L
 builds_preamble .devcarry/s42 mid main
-for b in w3n; do
-  echo "== tests $b (MXFP4, the model's MXFP4 tests)"
-  timeout 100 build/$b/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.Mxfp4*' > $OUT/tests_$b.log 2>&1
-  echo "rc $?"; gtest_summary $OUT/tests_$b.log; grep -E "row .* column|output|Expected|Which is|against the CPU|widths|tiles of" $OUT/tests_$b.log | head -8
-done
-for bm in mid:20b:128,256,512,1024,8192 w3n:20b:128,256,512,1024,8192 mid:120b:768,1024,1536,2048,4096,8192 w3n:120b:768,1024,1536,2048,4096,8192; do
-  b=${bm%%:*}; r=${bm#*:}; m=${r%%:*}
-  echo "== moe $b $m"
-  timeout 90 build/$b/osprey bench --backend cuda --model bench/shapes/$m --prefill-lens "" --batches "" \
-    --moe-batches ${r#*:} --steps 32 > $OUT/moe_${b}_$m.txt 2>&1
-  grep -E "wgmma|rror" $OUT/moe_${b}_$m.txt
-done
+echo "== tests w3n (MXFP4, the model's MXFP4 tests)"
+timeout 100 build/w3n/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.Mxfp4*' > $OUT/tests_w3n.log 2>&1
+echo "rc $?"; gtest_summary $OUT/tests_w3n.log; grep -E "row .* column|output|Expected|Which is|against the CPU|widths|tiles of" $OUT/tests_w3n.log | head -8
+moe_builds 32 90 mid:20b:128,256,512,1024,8192 w3n:20b:128,256,512,1024,8192 mid:120b:768,1024,1536,2048,4096,8192 w3n:120b:768,1024,1536,2048,4096,8192
 echo "== tests mid (MXFP4, the model)"
 timeout 150 build/mid/tests --gtest_filter='MoeMxfp4.Wgmma*:MoeMxfp4.RowsToWgmma*:CudaFp8Model.Mxfp4*' > $OUT/tests_mid.log 2>&1
 echo "rc $?"; gtest_summary $OUT/tests_mid.log; grep -E "row .* column|output|Expected|Which is|against the CPU" $OUT/tests_mid.log | head -8

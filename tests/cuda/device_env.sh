@@ -97,6 +97,20 @@ prefill_builds() {
   done
 }
 
+# moe_builds STEPS TIMEOUT BUILD:MODEL:BATCHES..: `bench --moe-batches BATCHES` (one layer's expert
+# GEMMs at the shapes bench/shapes/MODEL) with build/BUILD/osprey, each at most TIMEOUT seconds, into
+# $OUT/moe_<BUILD>_<MODEL>.txt; prints each table's rows.
+moe_builds() {
+  local steps=$1 to=$2 bm b r m; shift 2
+  for bm in "$@"; do
+    b=${bm%%:*}; r=${bm#*:}; m=${r%%:*}
+    echo "== moe $b $m"
+    timeout $to build/$b/osprey bench --backend cuda --model bench/shapes/$m --prefill-lens "" --batches "" \
+      --moe-batches ${r#*:} --steps $steps > $OUT/moe_${b}_$m.txt 2>&1
+    grep -E "^\| [0-9]|rror" $OUT/moe_${b}_$m.txt
+  done
+}
+
 # agreement LABEL A B: prints how many leading tokens the comma-separated streams A and B share.
 agreement() {
   python3 -c "import sys; a=sys.argv[2].split(','); b=sys.argv[3].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), len(a)); print(f'{sys.argv[1]}: cuda and cpu agree on the first {n} of {len(a)} tokens')" "$@"
