@@ -6,15 +6,14 @@
 #   fragment sets, three stages refilled by the last warp to free one); wideL = wide with
 #   kMxfp4LtRowsPerExpert = 100000 (every prompt chunk's experts on it, none on W4A8); wide128 =
 #   the same kernel on 128 weight rows x 128 tokens (m64n128, four stages);
-# - lastarr = branch s44-lastarr (main's kernel; the warp that frees a stage last refills it);
-#   ring = branch s44-ring (the warpgroups issue their MMAs in turn); ringla = both;
+# - ring = branch s44-ring (main's kernel; the warpgroups issue their MMAs in turn);
 # - nodec = main with the weights not decoded (raw words as fragments: the time without the
 #   decode); nomma = main with no wgmma issued (the data path and the decode alone).
 # Then ncu's source counters of main's up GEMM (20b shape, 8,192 tokens).
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 builds_preamble .devcarry/s42 mid
-for b in wide wide128 wideL nodec nomma lastarr ring ringla; do unpack .devcarry/s44/$b build/$b; done
+for b in wide wide128 wideL nodec nomma ring; do unpack .devcarry/s44/$b build/$b; done
 for b in wide wide128 ring; do
   echo "== tests $b"
   timeout 60 build/$b/tests --gtest_filter='MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8Model.Mxfp4*' > $OUT/tests_$b.log 2>&1
@@ -23,7 +22,7 @@ done
 moe_builds 16 60 mid:20b:1024,8192 wide:20b:1024,8192 wide128:20b:1024,8192 mid:120b:4096,8192 wide:120b:4096,8192
 echo "== 20b prefill: mid (W4A8 past 128 rows an expert) against wideL (every chunk on the wide kernel)"
 D=$(synth_dir 20b); prefill_builds $D 2048,8192 60 mid wideL
-moe_builds 16 60 lastarr:20b:1024,8192 ring:20b:1024,8192 ringla:20b:1024,8192 nodec:20b:1024,8192 nomma:20b:1024,8192
+moe_builds 16 60 ring:20b:1024,8192 nodec:20b:1024,8192 nomma:20b:1024,8192
 echo "== ncu source counters (mid)"
 timeout 150 ncu --clock-control none --kernel-name regex:mxfp4_wgmma_yt --launch-skip 2 --launch-count 1 \
   --section SourceCounters --section WarpStateStats --import-source no -o $OUT/ncu_src_mid \
