@@ -34,10 +34,10 @@ def main():
     print(f"{len(rows)} instructions, {total:.0f} samples ({samp})")
     by_op = Counter()
     for r in rows:
-        op = r["Source"].split()[0] if r["Source"].split() else "?"
-        if op.startswith("@"):
-            op = r["Source"].split()[1] if len(r["Source"].split()) > 1 else op
-        by_op[op.split(".")[0]] += num(r[samp])
+        words = r["Source"].split()
+        if words and words[0].startswith("@"):  # a predicate guard: the opcode follows it
+            words = words[1:] or words
+        by_op[(words[0] if words else "?").split(".")[0]] += num(r[samp])
     print("\nsamples by opcode:")
     for op, v in by_op.most_common(20):
         print(f"  {op:12s} {v:9.0f} {100 * v / total:5.1f}%")
