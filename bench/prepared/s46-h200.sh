@@ -18,10 +18,12 @@ source tests/cuda/device_env.sh
 builds_preamble .devcarry/s46 main two noconv
 bash bench/targets.sh
 D=$(synth_dir 120b)
+i=0
 for n in main two noconv main; do
+  i=$((i + 1)); f=$OUT/prefill_120b_${i}_$n.txt
   echo "-- 120b $n"
   timeout 100 build/$n/osprey bench --backend cuda --model $D --weights mxfp4 --prefill-lens 8192 --prefill-reps 3 \
-    --batches "" --steps 1 > $OUT/prefill_120b_${n}_$RANDOM.txt 2>&1
-  grep -hE "ahead|KV blocks|^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror" $OUT/prefill_120b_${n}_*.txt | tail -3
+    --batches "" --steps 1 > $f 2>&1
+  grep -E "ahead|KV blocks|^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror" $f | head -4
 done
 date
