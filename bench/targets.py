@@ -121,6 +121,10 @@ def main():
     p, note = best(["20b", "20b-persistent"], 8, 8192)
     add(16, "20b decode, batch 8, 8k context", 3500, p, "fraction_of_bandwidth", note)
 
+    # The card each run reports (bench --json "device"; runs before session 45 lack it). The issues
+    # ask for the H200's figures: say which card these are.
+    cards = sorted({str(r.get("device", "not recorded")) for r in runs.values()})
+    print(f"Card: {', '.join(cards) if cards else 'no runs'}\n")
     print("| issue | target | wanted | measured | of its ceiling | met |")
     print("|---:|---|---:|---:|---:|---|")
     for r in rows:

@@ -151,7 +151,10 @@ void run_bench_cuda(const BenchCudaArgs& a) {
     for (auto& x : t) x = int32_t(rng() % uint64_t(std::min(c.vocab, 199998)));
     return t;
   };
+  const std::string device = GptOssCudaFp8::device_name();
+  log_info("device: {}", device);
   nlohmann::json out = {{"model", a.model},
+                        {"device", device},
                         {"weights_gb", model.weight_bytes() / 1e9},
                         {"experts", mxfp4 ? "mxfp4" : "fp8"},
                         {"dense", dense16 ? "bf16" : "fp8"},

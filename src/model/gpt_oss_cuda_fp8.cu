@@ -1253,6 +1253,14 @@ double GptOssCudaFp8::device_memory_bytes() {
   return double(total_b);
 }
 
+std::string GptOssCudaFp8::device_name() {
+  int dev = 0;
+  OSPREY_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  OSPREY_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  return prop.name;
+}
+
 double GptOssCudaFp8::measure_copy_bandwidth() {
   const size_t n = size_t(2) << 30;
   DeviceArray<uint8_t> a(n), b(n);

@@ -144,6 +144,7 @@ class GptOssCudaFp8 {
   // Device-to-device copy bandwidth (bytes read + written per second), the decode ceiling.
   static double measure_copy_bandwidth();
   static double device_memory_bytes();  // the current GPU's memory
+  static std::string device_name();     // the current GPU's name, as the driver reports it
 
  private:
   struct Impl;

@@ -48,6 +48,7 @@ void GptOssCudaFp8::synchronize() {}
 double GptOssCudaFp8::weight_bytes() const { return 0; }
 double GptOssCudaFp8::measure_copy_bandwidth() { fail("no CUDA backend"); }
 double GptOssCudaFp8::device_memory_bytes() { fail("no CUDA backend"); }
+std::string GptOssCudaFp8::device_name() { fail("no CUDA backend"); }
 
 }  // namespace osprey
 
