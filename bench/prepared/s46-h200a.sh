@@ -27,15 +27,5 @@ timeout 90 build/staged/tests --gtest_filter='MoeMxfp4.StagedFp8*:MoeMxfp4.Fp8Co
   > $OUT/tests_staged.log 2>&1
 echo "rc $?"; gtest_summary $OUT/tests_staged.log
 D=$(synth_dir 120b)
-prefill_120b() {  # NAME..: the 120b 8k prefill with each build in turn
-  local n i=0 f
-  for n in "$@"; do
-    i=$((i + 1)); f=$OUT/prefill_120b_${i}_$n.txt
-    echo "-- 120b $n"
-    timeout 150 build/$n/osprey bench --backend cuda --model $D --weights mxfp4 --prefill-lens 8192 --prefill-reps 3 \
-      --batches "" --steps 1 > $f 2>&1
-    grep -E "ahead|KV blocks|^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror" $f | head -4
-  done
-}
-prefill_120b main twostaged noconv
+prefill_only $D 8192 150 main twostaged noconv
 date

@@ -97,6 +97,20 @@ prefill_builds() {
   done
 }
 
+# prefill_only MODEL_DIR LENS TIMEOUT NAMES..: as prefill_builds, but the prefill alone (`--prefill-reps
+# 3 --batches ""`, no decode step: for the 120b, whose load is most of the time), into
+# $OUT/prefill_<model>_<i>_<NAME>.txt; prints each run's W4A8 buffer line, KV blocks and prefill rows.
+prefill_only() {
+  local d=$1 lens=$2 to=$3 n i=0 f; shift 3
+  for n in "$@"; do
+    i=$((i + 1)); f=$OUT/prefill_$(basename $d)_${i}_$n.txt
+    echo "-- $(basename $d) $n"
+    timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens $lens --prefill-reps 3 \
+      --batches "" --steps 1 > $f 2>&1
+    grep -E "ahead|KV blocks|^\| [0-9]+ \| [0-9.]+ \| [0-9]+ \||rror" $f | head -6
+  done
+}
+
 # moe_builds STEPS TIMEOUT BUILD:MODEL:BATCHES..: `bench --moe-batches BATCHES` (one layer's expert
 # GEMMs at the shapes bench/shapes/MODEL) with build/BUILD/osprey, each at most TIMEOUT seconds, into
 # $OUT/moe_<BUILD>_<MODEL>.txt; prints each table's rows.
