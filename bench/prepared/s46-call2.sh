@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Session 46, call 2 (about 8.5 minutes; asked of an H200, where the 120b takes two FP8 buffer sets):
-#   - the tests of `idle` (branch s46-idle-warpgroup, the half loop bounded instead of broken out
-#     of: call 1's form spilled the accumulators) and of `staged` (s45-conv-staged.patch);
-#   - the 20b 8k and 32k prefill, main and idle alternating;
-#   - the 120b 8k prefill on main, twostaged (two buffer sets where they fit, the staged
-#     conversion) and idle.
-# Builds as s46-call1.sh (idle rebuilt); carry .devcarry/lib, .devcarry/s46, .devcarry/s46b.
+# Session 46, call 2 (about 8 minutes on an H100): branch s46-swap-small-tiles (`swap`: in the grouped
+# FP8 GEMM an expert's last row tile of at most 32 rows runs transposed, the weights as wgmma's A
+# operand and the rows as n32; one of 33-64 rows leaves warpgroup 1 idle) against main.
+#   - swap's grouped-GEMM, SwiGLU, MXFP4 and model tests; greedy tokens after a 2,000-token prompt
+#     (a W4A8 chunk: about 250 rows an expert on the 20b) equal to main's;
+#   - the 20b 8k and 32k prefill, main and swap alternating;
+#   - the 120b 8k prefill, main and swap.
+# Builds: .devcarry/s46/main (xz of build/osprey at main), .devcarry/s46b/swap
+# (`python3 bench/variant_build.py branch:s46-swap-small-tiles .devcarry/s46b/swap`). Carry
+# .devcarry/lib, .devcarry/s46/main, .devcarry/s46b/swap.
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
-unpack .devcarry/s46b/idle build/idle
-unpack .devcarry/s46/staged build/staged
-builds_preamble .devcarry/s46 main twostaged
-echo "== tests idle"
-timeout 100 build/idle/tests --gtest_filter='CudaFp8.Grouped*:CudaFp8.MoeSwiglu*:MoeMxfp4.W4a8*:CudaFp8Model.Mxfp4*' \
-  > $OUT/tests_idle.log 2>&1
-echo "rc $?"; gtest_summary $OUT/tests_idle.log
-echo "== tests staged"
-timeout 60 build/staged/tests --gtest_filter='MoeMxfp4.StagedFp8*:MoeMxfp4.Fp8Conv*' > $OUT/tests_staged.log 2>&1
-echo "rc $?"; gtest_summary $OUT/tests_staged.log
+unpack .devcarry/s46b/swap build/swap
+builds_preamble .devcarry/s46 main
+echo "== tests swap"
+timeout 120 build/swap/tests --gtest_filter='CudaFp8.Grouped*:CudaFp8.MoeSwiglu*:MoeMxfp4.*:CudaFp8Model.Mxfp4*:CudaFp8Model.Expert*' \
+  > $OUT/tests_swap.log 2>&1
+echo "rc $?"; gtest_summary $OUT/tests_swap.log
 D=$(synth_dir 20b)
-prefill_builds $D 8192,32768 60 main idle main idle
+echo "== greedy tokens after a 2,000-token prompt (W4A8 chunk), main then swap"
+for b in main swap; do
+  timeout 60 build/$b/osprey generate --backend cuda --model $D --tokens $(seq -s, 1000 2999) --max-tokens 16 \
+    --greedy --ignore-eos 2> $OUT/generate_$b.err | tee $OUT/generate_$b.txt
+done
+cmp -s $OUT/generate_main.txt $OUT/generate_swap.txt && echo "equal" || echo "DIFFERENT"
+prefill_builds $D 8192,32768 60 main swap main swap
 D=$(synth_dir 120b)
-prefill_only $D 8192 150 main twostaged idle
+prefill_only $D 8192 150 main swap
 date
