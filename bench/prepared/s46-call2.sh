@@ -2,8 +2,8 @@
 # Session 46, call 2 (about 7 minutes on an H100): branch s46-swap-small-tiles (`swap`: in the grouped
 # FP8 GEMM an expert's last row tile of at most 32 rows runs transposed, the weights as wgmma's A
 # operand and the rows as n32; one of 33-64 rows leaves warpgroup 1 idle) against main.
-#   - swap's grouped-GEMM, SwiGLU, MXFP4 and model tests; greedy tokens after a 2,000-token prompt
-#     (a W4A8 chunk: about 250 rows an expert on the 20b) equal to main's;
+#   - swap's grouped-GEMM, SwiGLU, MXFP4 and model tests (the greedy-token comparison was cut to fit
+#     the device time left);
 #   - the 20b 8k and 32k prefill, main then swap;
 #   - the 120b 8k prefill, swap then main (main last: call 1 measured it on the same kind of card).
 # Builds: .devcarry/s46/main (xz of build/osprey at main), .devcarry/s46b/swap
@@ -18,12 +18,6 @@ timeout 120 build/swap/tests --gtest_filter='CudaFp8.Grouped*:CudaFp8.MoeSwiglu*
   > $OUT/tests_swap.log 2>&1
 echo "rc $?"; gtest_summary $OUT/tests_swap.log
 D=$(synth_dir 20b)
-echo "== greedy tokens after a 2,000-token prompt (W4A8 chunk), main then swap"
-for b in main swap; do
-  timeout 60 build/$b/osprey generate --backend cuda --model $D --tokens $(seq -s, 1000 2999) --max-tokens 16 \
-    --greedy --ignore-eos 2> $OUT/generate_$b.err | tee $OUT/generate_$b.txt
-done
-cmp -s $OUT/generate_main.txt $OUT/generate_swap.txt && echo "equal" || echo "DIFFERENT"
 prefill_builds $D 8192,32768 60 main swap
 D=$(synth_dir 120b)
 prefill_only $D 8192 150 swap main
