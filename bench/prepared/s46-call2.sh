@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: no device came after call 1 in session 46. bench/prepared/s47-call1.sh is its full form.
 # Session 46, call 2 (about 7 minutes on an H100): branch s46-swap-small-tiles (`swap`: in the grouped
 # FP8 GEMM an expert's last row tile of at most 32 rows runs transposed, the weights as wgmma's A
 # operand and the rows as n32; one of 33-64 rows leaves warpgroup 1 idle) against main.
