@@ -25,12 +25,7 @@ timeout 90 compute-sanitizer --tool memcheck build/swap/tests --gtest_filter='Cu
   > $OUT/memcheck_swap.log 2>&1
 echo "rc $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_swap.log | head -5
 D=$(synth_dir 20b)
-echo "== greedy tokens after a 2,000-token prompt (W4A8 chunk), main then swap"
-for b in main swap; do
-  timeout 60 build/$b/osprey generate --backend cuda --model $D --tokens $(seq -s, 1000 2999) --max-tokens 16 \
-    --greedy --ignore-eos 2> $OUT/generate_$b.err | tee $OUT/generate_$b.txt
-done
-cmp -s $OUT/generate_main.txt $OUT/generate_swap.txt && echo "equal" || echo "DIFFERENT"
+greedy_equal $D main swap
 prefill_builds $D 8192,32768 60 main swap main swap
 D=$(synth_dir 120b)
 prefill_only $D 8192 150 main swap

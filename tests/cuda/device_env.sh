@@ -111,6 +111,19 @@ prefill_only() {
   done
 }
 
+# greedy_equal MODEL_DIR A B: 16 greedy tokens after a 2,000-token prompt (a W4A8 chunk: about 250
+# rows an expert on the 20b) with build/A/osprey and build/B/osprey, into $OUT/generate_<NAME>.txt
+# (.err: the log); prints both streams, then "equal" or "DIFFERENT".
+greedy_equal() {
+  local d=$1 b
+  echo "== greedy tokens after a 2,000-token prompt (W4A8 chunk), $2 then $3"
+  for b in $2 $3; do
+    timeout 60 build/$b/osprey generate --backend cuda --model $d --tokens $(seq -s, 1000 2999) --max-tokens 16 \
+      --greedy --ignore-eos 2> $OUT/generate_$b.err | tee $OUT/generate_$b.txt
+  done
+  cmp -s $OUT/generate_$2.txt $OUT/generate_$3.txt && echo "equal" || echo "DIFFERENT"
+}
+
 # moe_builds STEPS TIMEOUT BUILD:MODEL:BATCHES..: `bench --moe-batches BATCHES` (one layer's expert
 # GEMMs at the shapes bench/shapes/MODEL) with build/BUILD/osprey, each at most TIMEOUT seconds, into
 # $OUT/moe_<BUILD>_<MODEL>.txt; prints each table's rows.
