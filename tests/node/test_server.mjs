@@ -265,13 +265,22 @@ await test("/metrics exposes the serving counters", async () => {
 // milliseconds. Without TCP_NODELAY, Nagle's algorithm held the first token's small write until the
 // client's delayed ACK of the headers, 40 ms on Linux: a median TTFT of 43 ms on this model, 1.7-2.0
 // ms with it (measured on the CPU machine), and streamed tokens arrived in clumps.
+// A busy machine slows some runs too (CI once saw a 122 ms median with the fix in place; four spinning
+// processes on this 2-core machine give medians of 14-36 ms), but Nagle's hold is in every run: the
+// check takes the best median of up to five runs, which Nagle keeps above 40 ms and load does not.
 await test("streamed tokens are not held by Nagle on a kept-alive connection (bench serve, concurrency 1)", async () => {
-  const out = execFileSync(osprey, ["bench", "serve", "--url", main.base, "--model", model, "--concurrency", "1",
-                                    "--input-len", "16", "--output-len", "4", "--num-prompts", "16"],
-                           { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
-  const run = JSON.parse(out).runs[0];
-  assert(run.succeeded === 16, JSON.stringify(run));
-  assert(run.ttft_p50_ms < 25, `TTFT median ${run.ttft_p50_ms.toFixed(1)} ms: the first token waited on a delayed ACK`);
+  const medians = [];
+  for (let attempt = 0; attempt < 5; ++attempt) {
+    const out = execFileSync(osprey, ["bench", "serve", "--url", main.base, "--model", model, "--concurrency", "1",
+                                      "--input-len", "16", "--output-len", "4", "--num-prompts", "16"],
+                             { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+    const run = JSON.parse(out).runs[0];
+    assert(run.succeeded === 16, JSON.stringify(run));
+    medians.push(run.ttft_p50_ms);
+    if (run.ttft_p50_ms < 25) break;
+  }
+  const best = Math.min(...medians);
+  assert(best < 25, `TTFT medians ${medians.map((m) => m.toFixed(1)).join(", ")} ms: the first token waited on a delayed ACK`);
 });
 
 fs.rmSync(tmp, { recursive: true, force: true });
