@@ -260,27 +260,20 @@ await test("/metrics exposes the serving counters", async () => {
     assert(text.includes(`osprey_${m}`), m);
 });
 
-// Streamed tokens go out as they are made on a kept-alive connection: `osprey bench serve`, one
-// request at a time on one connection (as the SDKs keep theirs), sees its first token within
-// milliseconds. Without TCP_NODELAY, Nagle's algorithm held the first token's small write until the
-// client's delayed ACK of the headers, 40 ms on Linux: a median TTFT of 43 ms on this model, 1.7-2.0
-// ms with it (measured on the CPU machine), and streamed tokens arrived in clumps.
-// A busy machine slows some runs too (CI once saw a 122 ms median with the fix in place; four spinning
-// processes on this 2-core machine give medians of 14-36 ms), but Nagle's hold is in every run: the
-// check takes the best median of up to five runs, which Nagle keeps above 40 ms and load does not.
-await test("streamed tokens are not held by Nagle on a kept-alive connection (bench serve, concurrency 1)", async () => {
-  const medians = [];
-  for (let attempt = 0; attempt < 5; ++attempt) {
-    const out = execFileSync(osprey, ["bench", "serve", "--url", main.base, "--model", model, "--concurrency", "1",
-                                      "--input-len", "16", "--output-len", "4", "--num-prompts", "16"],
-                             { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
-    const run = JSON.parse(out).runs[0];
-    assert(run.succeeded === 16, JSON.stringify(run));
-    medians.push(run.ttft_p50_ms);
-    if (run.ttft_p50_ms < 25) break;
-  }
-  const best = Math.min(...medians);
-  assert(best < 25, `TTFT medians ${medians.map((m) => m.toFixed(1)).join(", ")} ms: the first token waited on a delayed ACK`);
+// `osprey bench serve` against the server, one request at a time on one kept-alive connection (as
+// the SDKs keep theirs): every request streams to its end. The server's connections send without
+// Nagle's algorithm (TCP_NODELAY): without it the first token's small write waited for the
+// client's delayed ACK of the headers, 40 ms on Linux (a median TTFT of 41-44 ms here against 2-3
+// ms with it, on the CPU machine). That option is held by tests/unit/test_server_socket.cpp on the
+// socket itself. A TTFT bound here was not a test of it: a busy CI host gave a run a median of 122
+// ms with the option set, and four spinning processes on this 2-core machine medians of 14-79 ms.
+await test("bench serve streams every request on a kept-alive connection (concurrency 1)", async () => {
+  const out = execFileSync(osprey, ["bench", "serve", "--url", main.base, "--model", model, "--concurrency", "1",
+                                    "--input-len", "16", "--output-len", "4", "--num-prompts", "16"],
+                           { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+  const run = JSON.parse(out).runs[0];
+  assert(run.succeeded === 16 && run.ttft_requests === 16, JSON.stringify(run));
+  console.log(`# TTFT median ${run.ttft_p50_ms.toFixed(1)} ms, ITL median ${run.itl_p50_ms.toFixed(1)} ms`);
 });
 
 fs.rmSync(tmp, { recursive: true, force: true });
