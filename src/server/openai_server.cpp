@@ -856,6 +856,7 @@ struct OpenAiServer::Impl {
     http.set_payload_max_length(cfg.max_body_bytes);
     http.set_read_timeout(cfg.read_timeout_s, 0);
     http.set_keep_alive_timeout(cfg.read_timeout_s);
+    http.set_keep_alive_max_count(cfg.keep_alive_requests);
     http.set_write_timeout(30, 0);
     // A declared body over the limit is refused before any of it is read (cpp-httplib itself would
     // read and discard it first).

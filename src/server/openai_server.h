@@ -20,6 +20,9 @@ struct ServerConfig {
   size_t max_body_bytes = 8 << 20;
   int http_threads = 0;          // 0: max_batch + max_queue + 64
   int read_timeout_s = 5;        // per read of headers or body; also the keep-alive idle limit
+  // Requests a kept-alive connection serves before the server closes it (nginx's default;
+  // cpp-httplib's own is 5, which made every sixth request of an SDK client open a connection).
+  size_t keep_alive_requests = 1000;
   int reasoning_budget = 1024;   // analysis tokens of a constrained request (it may override)
   size_t max_stored_responses = 1024;  // /v1/responses kept for previous_response_id and GET (LRU)
 };
