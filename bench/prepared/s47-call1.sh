@@ -11,7 +11,8 @@
 # Build on the CPU machine with build/ built at main (scripts/build.sh):
 #   mkdir -p .devcarry/s47/main && xz -T2 -c build/osprey > .devcarry/s47/main/osprey.xz
 #   python3 bench/variant_build.py bench/prepared/s46-swap-small-tiles.patch .devcarry/s47/swap
-# and run with carry .devcarry/lib and .devcarry/s47.
+# and run with carry .devcarry/lib and .devcarry/s47. (Session 47 built both at 5ce0bbf, main's
+# engine code unchanged since session 46; on the same CPU machine they are ready to carry.)
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 unpack .devcarry/s47/swap build/swap
