@@ -1,3 +1,4 @@
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <fmt/format.h>
@@ -22,8 +23,13 @@ namespace osprey::cli {
 
 namespace {
 server::OpenAiServer* g_server = nullptr;
+std::atomic<int> g_signals{0};
+// SIGTERM or SIGINT: the first drains (the requests in flight finish, new ones get 503), a second
+// stops at once.
 void on_signal(int) {
-  if (g_server) g_server->stop();
+  if (!g_server) return;
+  if (g_signals.fetch_add(1) == 0) g_server->drain();
+  else g_server->stop();
 }
 }  // namespace
 
@@ -32,6 +38,7 @@ void add_serve(CLI::App& app) {
     std::string model, host = "127.0.0.1", backend = "cpu", name;
     int port = 8000, max_batch = 64, max_seq_len = 0, max_queue = 256, kv_blocks = 0, max_batched_tokens = 0;
     int reasoning_budget = 1024;
+    int drain_timeout = 30;
     double kv_cache_gib = 4.0, gpu_memory_utilization = 0.90;
     bool no_prefix_caching = false;
     SpeculativeArg spec;
@@ -65,6 +72,10 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(0.05, 1.0));
   cmd->add_flag("--no-prefix-caching", args->no_prefix_caching,
                 "compute every prompt in full (default: KV blocks of a shared token prefix are reused)");
+  cmd->add_option("--drain-timeout", args->drain_timeout,
+                  "seconds the generations in flight may take to finish after SIGTERM or SIGINT, while new requests get "
+                  "503 (a second signal stops at once)")
+      ->check(CLI::Range(0, 86400));
   cmd->add_option("--reasoning-budget", args->reasoning_budget,
                   "analysis tokens a constrained request (response_format, strict or forced tool calls) may spend "
                   "before its answer is forced; a request's reasoning_budget overrides it")
@@ -144,7 +155,9 @@ void add_serve(CLI::App& app) {
       log_info("the KV cache holds fewer positions than the context ({}): longer requests get a 400", ec.max_seq_len);
     std::string name = args->name.empty() ? std::filesystem::path(args->model).filename().string() : args->name;
     if (name.empty()) name = std::filesystem::path(args->model).parent_path().filename().string();
-    server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name, .reasoning_budget = args->reasoning_budget});
+    server::OpenAiServer srv(engine, tok, {.host = args->host, .port = args->port, .model_id = name,
+                                              .drain_timeout_s = args->drain_timeout,
+                                              .reasoning_budget = args->reasoning_budget});
     g_server = &srv;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <thread>
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -101,9 +102,22 @@ struct OpenAiServer::Impl {
     }
     ~Ticket() { srv.admitted -= count; }
   };
+  // drain(): set (from a signal handler, so only a lock-free store) when the server is to stop once
+  // the requests it holds are done; listen()'s watcher then stops it.
+  std::atomic<bool> draining{false};
+  static_assert(std::atomic<bool>::is_always_lock_free);
+  // Refused while draining. Checked again after the ticket is taken: a request that passes that
+  // check was counted before the drain began, so the watcher waits for it.
   std::shared_ptr<Ticket> admit() {
+    auto refuse_if_draining = [this] {
+      if (draining.load())
+        throw ApiError(503, "The server is shutting down and takes no new requests; retry on another replica",
+                       "server_error", "", "shutting_down");
+    };
+    refuse_if_draining();
     auto t = std::make_shared<Ticket>(Ticket{*this});
     t->add(1);
+    refuse_if_draining();
     return t;
   }
   // ------------------------------------------------------------------ clients that leave
@@ -824,6 +838,7 @@ struct OpenAiServer::Impl {
       } catch (const ApiError& e) {
         res.status = e.status;
         if (e.status == 429) res.set_header("Retry-After", "1");
+        if (e.status == 503) res.set_header("Connection", "close");
         res.set_content(dump(error_body(e.what(), e.type, e.param, e.code)), "application/json");
       } catch (const nlohmann::json::type_error& e) {
         // A request value of a type some reader did not check: the client's to fix, not a 500.
@@ -879,7 +894,10 @@ struct OpenAiServer::Impl {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining.load()) res.status = 503;
+      res.set_content(draining.load() ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}", "application/json");
+    });
     auto model_card = [this] {
       return json{{"id", cfg.model_id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "osprey"},
                   {"max_model_len", context()}, {"context_length", context()}};
@@ -945,9 +963,34 @@ bool OpenAiServer::bind() {
   return true;
 }
 
-bool OpenAiServer::listen() { return impl_->http.listen_after_bind(); }
+// The drain's watcher: once drain() is called, it stops the server when no generation request is
+// held any more (admitted counts them to their last byte), or at the drain's deadline.
+bool OpenAiServer::listen() {
+  Impl& m = *impl_;
+  std::atomic<bool> done{false};
+  std::thread watcher([&m, &done] {
+    using clock = std::chrono::steady_clock;
+    while (!done.load() && !m.draining.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done.load()) return;
+    const auto deadline = clock::now() + std::chrono::seconds(m.cfg.drain_timeout_s);
+    log_info("draining: {} generation requests in flight, at most {} s; new ones get 503", m.admitted.load(),
+             m.cfg.drain_timeout_s);
+    while (!done.load() && m.admitted.load() > 0 && clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done.load()) return;
+    if (const int left = m.admitted.load(); left > 0)
+      log_info("drain timeout: stopping with {} generation requests still running (their responses are cut)", left);
+    m.http.stop();
+  });
+  const bool ok = m.http.listen_after_bind();
+  done = true;
+  watcher.join();
+  return ok;
+}
 
 void OpenAiServer::stop() { impl_->http.stop(); }
+
+void OpenAiServer::drain() { impl_->draining.store(true); }
 
 int OpenAiServer::bound_port() const { return impl_->cfg.port; }
 

@@ -23,6 +23,8 @@ struct ServerConfig {
   // Requests a kept-alive connection serves before the server closes it (nginx's default;
   // cpp-httplib's own is 5, which made every sixth request of an SDK client open a connection).
   size_t keep_alive_requests = 1000;
+  // drain(): how long the generations in flight may take to finish before the server stops anyway.
+  int drain_timeout_s = 30;
   int reasoning_budget = 1024;   // analysis tokens of a constrained request (it may override)
   size_t max_stored_responses = 1024;  // /v1/responses kept for previous_response_id and GET (LRU)
 };
@@ -34,9 +36,15 @@ class OpenAiServer {
   // Binds the address (port 0: any free port, then bound_port() says which); false if it cannot
   // (errno says why: EADDRINUSE for a port another server holds).
   bool bind();
-  // Serves until stop(); bind() first.
+  // Serves until stop() or the end of a drain(); bind() first.
   bool listen();
+  // Stops at once: responses in flight are cut.
   void stop();
+  // A graceful stop, safe to call from a signal handler (it only sets a flag): from now on new
+  // generation requests get a 503 and /health answers 503 {"status":"draining"} (so load balancers
+  // route elsewhere), while the generations in flight run to their end; the server stops when none
+  // is left, or after cfg.drain_timeout_s with those still running cut.
+  void drain();
   int bound_port() const;
 
  private:

@@ -276,5 +276,39 @@ await test("bench serve streams every request on a kept-alive connection (concur
   console.log(`# TTFT median ${run.ttft_p50_ms.toFixed(1)} ms, ITL median ${run.itl_p50_ms.toFixed(1)} ms`);
 });
 
+// SIGTERM (a rolling update's, say) drains: the streams in flight run to their end, new requests
+// get a 503 and /health says "draining" (load balancers route elsewhere), then the server exits 0.
+await test("SIGTERM drains: a stream in flight finishes, new requests get 503, then the server exits", async () => {
+  const s = await startServer(["--max-seq-len", "512"]);
+  const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "unused", maxRetries: 0 });
+  const stream = await c.completions.create({ model, prompt: [1, 2, 3], max_tokens: 200, stream: true, ignore_eos: true,
+                                              stream_options: { include_usage: true } });
+  const exited = new Promise((resolve) => s.proc.on("exit", (code, signal) => resolve({ code, signal })));
+  let text = 0, finish = null, usage = null, signalled = false;
+  for await (const chunk of stream) {
+    if (chunk.choices?.length) {
+      ++text;
+      finish = chunk.choices[0].finish_reason ?? finish;
+    }
+    if (chunk.usage) usage = chunk.usage;
+    if (text === 3 && !signalled) {
+      signalled = true;
+      s.proc.kill("SIGTERM");
+      await sleep(100);
+      const h = await fetch(`${s.base}/health`);
+      assert(h.status === 503 && (await h.json()).status === "draining", `/health while draining: HTTP ${h.status}`);
+      const r = await fetch(`${s.base}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" },
+                                                         body: JSON.stringify({ model, prompt: [1], max_tokens: 2 }) });
+      const j = await r.json();
+      assert(r.status === 503 && j.error.code === "shutting_down", `a new request while draining: HTTP ${r.status} ${JSON.stringify(j)}`);
+    }
+  }
+  assert(signalled, "the stream ended before the signal");
+  assert(finish === "length" && usage?.completion_tokens === 200, `finish ${finish}, usage ${JSON.stringify(usage)}`);
+  const how = await Promise.race([exited, sleep(30000).then(() => null)]);
+  assert(how && how.code === 0, `the server did not exit 0 after draining: ${JSON.stringify(how)}`);
+  assert(s.log().includes("draining: 1 generation requests in flight"), s.log());
+});
+
 fs.rmSync(tmp, { recursive: true, force: true });
 finish();
