@@ -980,7 +980,12 @@ bool OpenAiServer::listen() {
     if (done.load()) return;
     if (const int left = m.admitted.load(); left > 0)
       log_info("drain timeout: stopping with {} generation requests still running (their responses are cut)", left);
-    m.http.stop();
+    // Until listen_after_bind returns: a stop() before it runs (a signal between bind and listen)
+    // would do nothing.
+    while (!done.load()) {
+      m.http.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   });
   const bool ok = m.http.listen_after_bind();
   done = true;

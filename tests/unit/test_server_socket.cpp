@@ -5,7 +5,9 @@
 // to 40 ms (bench serve's TTFT median at concurrency 1 on the tiny model: 41-44 ms without the
 // option, 2-3 ms with it). A TTFT bound cannot tell that from a busy machine; the option on the
 // socket can. A kept-alive connection also stays open for many requests, as SDK clients and
-// gateways expect of an API server.
+// gateways expect of an API server. And a drain asked for before the server listens (a signal
+// between bind and listen) still stops it. (The drain of requests in flight is tested end to end
+// with the openai client: tests/node/test_server.mjs.)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +17,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <gtest/gtest.h>
 #include <string>
@@ -165,6 +168,17 @@ TEST_F(ServerSocket, KeptAliveConnectionServesManyRequests) {
     ASSERT_EQ(lower.find("connection: close"), std::string::npos) << "the server closed the connection after request " << i;
   }
   ::close(c);
+}
+
+TEST_F(ServerSocket, DrainBeforeListenStopsTheServer) {
+  server::OpenAiServer other(*engine_, *tok_, server::ServerConfig{.host = "127.0.0.1", .port = 0, .model_id = "tiny"});
+  ASSERT_TRUE(other.bind());
+  other.drain();
+  auto served = std::async(std::launch::async, [&] { return other.listen(); });
+  const bool stopped = served.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!stopped) other.stop();  // so that the test ends
+  EXPECT_TRUE(stopped) << "a drain asked for before listen() left the server listening";
+  served.wait();
 }
 
 }  // namespace
