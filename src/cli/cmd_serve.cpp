@@ -22,14 +22,15 @@
 namespace osprey::cli {
 
 namespace {
-server::OpenAiServer* g_server = nullptr;
+std::atomic<server::OpenAiServer*> g_server{nullptr};
 std::atomic<int> g_signals{0};
 // SIGTERM or SIGINT: the first drains (the requests in flight finish, new ones get 503), a second
-// stops at once.
+// stops (the responses in flight are cut).
 void on_signal(int) {
-  if (!g_server) return;
-  if (g_signals.fetch_add(1) == 0) g_server->drain();
-  else g_server->stop();
+  server::OpenAiServer* s = g_server.load();
+  if (!s) return;
+  if (g_signals.fetch_add(1) == 0) s->drain();
+  else s->stop();
 }
 }  // namespace
 
@@ -38,7 +39,7 @@ void add_serve(CLI::App& app) {
     std::string model, host = "127.0.0.1", backend = "cpu", name;
     int port = 8000, max_batch = 64, max_seq_len = 0, max_queue = 256, kv_blocks = 0, max_batched_tokens = 0;
     int reasoning_budget = 1024;
-    int drain_timeout = 30;
+    int drain_timeout = 25;
     double kv_cache_gib = 4.0, gpu_memory_utilization = 0.90;
     bool no_prefix_caching = false;
     SpeculativeArg spec;
@@ -74,7 +75,7 @@ void add_serve(CLI::App& app) {
                 "compute every prompt in full (default: KV blocks of a shared token prefix are reused)");
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "seconds the generations in flight may take to finish after SIGTERM or SIGINT, while new requests get "
-                  "503 (a second signal stops at once)")
+                  "503 (a second signal cuts them)")
       ->check(CLI::Range(0, 86400));
   cmd->add_option("--reasoning-budget", args->reasoning_budget,
                   "analysis tokens a constrained request (response_format, strict or forced tool calls) may spend "

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <optional>
 #include <thread>
 #include <fmt/format.h>
 
@@ -105,6 +106,9 @@ struct OpenAiServer::Impl {
   // drain(): set (from a signal handler, so only a lock-free store) when the server is to stop once
   // the requests it holds are done; listen()'s watcher then stops it.
   std::atomic<bool> draining{false};
+  // stop() (also from a signal handler), or the end of a drain: the responses in flight end at
+  // their next event or probe (within kProbeEvery), and listen()'s watcher closes the listener.
+  std::atomic<bool> stopping{false};
   static_assert(std::atomic<bool>::is_always_lock_free);
   // Refused while draining. Checked again after the ticket is taken: a request that passes that
   // check was counted before the drain began, so the watcher waits for it.
@@ -136,6 +140,10 @@ struct OpenAiServer::Impl {
   // cancels the generation), and false at the end of the events.
   template <class Send>
   std::optional<bool> await_event(RequestHandle& handle, TokenEvent& ev, const Send& send) {
+    if (stopping.load()) {
+      handle.cancel();
+      return false;
+    }
     const std::optional<bool> got = handle.next_for(ev, kProbeEvery);
     if (!got) return send(kSseKeepAlive) || client_left(handle);
     if (!*got) return false;
@@ -175,6 +183,10 @@ struct OpenAiServer::Impl {
               if (!sink.write(" ", 1)) {
                 cancel_all(handles);
                 return client_left(*handles[i]);
+              }
+              if (stopping.load()) {  // the server stops: the response is cut
+                cancel_all(handles);
+                return false;
               }
             }
           const std::string out =
@@ -963,37 +975,53 @@ bool OpenAiServer::bind() {
   return true;
 }
 
-// The drain's watcher: once drain() is called, it stops the server when no generation request is
-// held any more (admitted counts them to their last byte), or at the drain's deadline.
+// The watcher of a drain and of stop(): once drain() is called, it stops the server when no
+// generation request is held any more (admitted counts them to their last byte) or at the drain's
+// deadline; once stopping, it closes the listener as soon as cpp-httplib listens (its stop() before
+// that would do nothing: a signal between bind and listen). cpp-httplib then waits for its worker
+// threads: the responses in flight end within kProbeEvery, and a kept-alive connection idle in its
+// read within read_timeout_s.
 bool OpenAiServer::listen() {
   Impl& m = *impl_;
   std::atomic<bool> done{false};
   std::thread watcher([&m, &done] {
     using clock = std::chrono::steady_clock;
-    while (!done.load() && !m.draining.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (done.load()) return;
-    const auto deadline = clock::now() + std::chrono::seconds(m.cfg.drain_timeout_s);
-    log_info("draining: {} generation requests in flight, at most {} s; new ones get 503", m.admitted.load(),
-             m.cfg.drain_timeout_s);
-    while (!done.load() && m.admitted.load() > 0 && clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (done.load()) return;
-    if (const int left = m.admitted.load(); left > 0)
-      log_info("drain timeout: stopping with {} generation requests still running (their responses are cut)", left);
-    // Until listen_after_bind returns: a stop() before it runs (a signal between bind and listen)
-    // would do nothing.
-    while (!done.load()) {
-      m.http.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto nap = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+    std::optional<clock::time_point> deadline;
+    while (!done.load() && !m.stopping.load()) {
+      if (m.draining.load()) {
+        if (!deadline) {
+          deadline = clock::now() + std::chrono::seconds(m.cfg.drain_timeout_s);
+          log_info("draining: {} generation requests in flight, at most {} s; new ones get 503", m.admitted.load(),
+                   m.cfg.drain_timeout_s);
+        }
+        const int left = m.admitted.load();
+        if (left == 0 || clock::now() >= *deadline) {
+          if (left > 0)
+            log_info("drain timeout: stopping with {} generation requests still running (their responses are cut)", left);
+          m.stopping.store(true);
+          break;
+        }
+      }
+      nap();
     }
+    while (!done.load() && !m.http.is_running()) nap();
+    if (!done.load()) m.http.stop();
   });
-  const bool ok = m.http.listen_after_bind();
+  bool ok = false;
+  try {
+    ok = m.http.listen_after_bind();
+  } catch (...) {
+    done = true;
+    watcher.join();
+    throw;
+  }
   done = true;
   watcher.join();
   return ok;
 }
 
-void OpenAiServer::stop() { impl_->http.stop(); }
+void OpenAiServer::stop() { impl_->stopping.store(true); }
 
 void OpenAiServer::drain() { impl_->draining.store(true); }
 

@@ -23,8 +23,10 @@ struct ServerConfig {
   // Requests a kept-alive connection serves before the server closes it (nginx's default;
   // cpp-httplib's own is 5, which made every sixth request of an SDK client open a connection).
   size_t keep_alive_requests = 1000;
-  // drain(): how long the generations in flight may take to finish before the server stops anyway.
-  int drain_timeout_s = 30;
+  // drain(): how long the generations in flight may take to finish before the server stops anyway
+  // (25 s: with read_timeout_s for idle kept-alive connections, within Kubernetes' default 30 s
+  // grace period).
+  int drain_timeout_s = 25;
   int reasoning_budget = 1024;   // analysis tokens of a constrained request (it may override)
   size_t max_stored_responses = 1024;  // /v1/responses kept for previous_response_id and GET (LRU)
 };
@@ -38,7 +40,9 @@ class OpenAiServer {
   bool bind();
   // Serves until stop() or the end of a drain(); bind() first.
   bool listen();
-  // Stops at once: responses in flight are cut.
+  // Stops (safe from a signal handler: it only sets a flag): the responses in flight are cut within
+  // a quarter second, and listen() returns once cpp-httplib's threads are done (a kept-alive
+  // connection idle in its read holds one up to read_timeout_s).
   void stop();
   // A graceful stop, safe to call from a signal handler (it only sets a flag): from now on new
   // generation requests get a 503 and /health answers 503 {"status":"draining"} (so load balancers

@@ -281,7 +281,7 @@ await test("bench serve streams every request on a kept-alive connection (concur
 await test("SIGTERM drains: a stream in flight finishes, new requests get 503, then the server exits", async () => {
   const s = await startServer(["--max-seq-len", "512"]);
   const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "unused", maxRetries: 0 });
-  const stream = await c.completions.create({ model, prompt: [1, 2, 3], max_tokens: 200, stream: true, ignore_eos: true,
+  const stream = await c.completions.create({ model, prompt: [1, 2, 3], max_tokens: 400, stream: true, ignore_eos: true,
                                               stream_options: { include_usage: true } });
   const exited = new Promise((resolve) => s.proc.on("exit", (code, signal) => resolve({ code, signal })));
   let text = 0, finish = null, usage = null, signalled = false;
@@ -294,8 +294,8 @@ await test("SIGTERM drains: a stream in flight finishes, new requests get 503, t
     if (text === 3 && !signalled) {
       signalled = true;
       s.proc.kill("SIGTERM");
-      await sleep(100);
-      const h = await fetch(`${s.base}/health`);
+      let h;
+      for (let i = 0; i < 100 && (h = await fetch(`${s.base}/health`)).status === 200; ++i) await sleep(20);
       assert(h.status === 503 && (await h.json()).status === "draining", `/health while draining: HTTP ${h.status}`);
       const r = await fetch(`${s.base}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" },
                                                          body: JSON.stringify({ model, prompt: [1], max_tokens: 2 }) });
@@ -304,10 +304,33 @@ await test("SIGTERM drains: a stream in flight finishes, new requests get 503, t
     }
   }
   assert(signalled, "the stream ended before the signal");
-  assert(finish === "length" && usage?.completion_tokens === 200, `finish ${finish}, usage ${JSON.stringify(usage)}`);
+  assert(finish === "length" && usage?.completion_tokens === 400, `finish ${finish}, usage ${JSON.stringify(usage)}`);
   const how = await Promise.race([exited, sleep(30000).then(() => null)]);
   assert(how && how.code === 0, `the server did not exit 0 after draining: ${JSON.stringify(how)}`);
   assert(s.log().includes("draining: 1 generation requests in flight"), s.log());
+});
+
+// A second signal does not wait: the generations in flight are cut, a non-streaming one too (its
+// answer is one object at the end, so it never comes), and the server exits at once.
+await test("a second SIGTERM stops at once, cutting a non-streaming request in flight", async () => {
+  const s = await startServer(["--max-seq-len", "8192"]);
+  const exited = new Promise((resolve) => s.proc.on("exit", (code, signal) => resolve({ code, signal, at: Date.now() })));
+  const body = JSON.stringify({ model, prompt: [1, 2, 3], max_tokens: 8000, ignore_eos: true });
+  const pending = fetch(`${s.base}/v1/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body })
+    .then(async (r) => ({ status: r.status, text: await r.text() })).catch((e) => ({ error: String(e) }));
+  for (let i = 0; i < 200 && await metric(s.base, "running_batch_size") === 0; ++i) await sleep(20);
+  s.proc.kill("SIGTERM");
+  await sleep(300);
+  assert(s.proc.exitCode === null, "the first signal stopped a server with a request in flight");
+  const t = Date.now();
+  s.proc.kill("SIGTERM");
+  const how = await Promise.race([exited, sleep(15000).then(() => null)]);
+  assert(how && how.code === 0, `the server did not exit after a second signal: ${JSON.stringify(how)}`);
+  assert(how.at - t < 7000, `it took ${how.at - t} ms to exit`);
+  const got = await pending;
+  let complete = false;
+  try { complete = JSON.parse(got.text).usage.completion_tokens === 8000; } catch {}
+  assert(!complete, "the request ran to its end");
 });
 
 fs.rmSync(tmp, { recursive: true, force: true });
