@@ -907,8 +907,9 @@ struct OpenAiServer::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (draining.load()) res.status = 503;
-      res.set_content(draining.load() ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}", "application/json");
+      const bool leaving = draining.load();  // one read: the status and the body agree
+      if (leaving) res.status = 503;
+      res.set_content(leaving ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}", "application/json");
     });
     auto model_card = [this] {
       return json{{"id", cfg.model_id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "osprey"},

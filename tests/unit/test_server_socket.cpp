@@ -35,6 +35,12 @@ namespace {
 
 int port_of(const sockaddr_in& a) { return ntohs(a.sin_port); }
 
+// HTTP header names match in any case.
+std::string lowercase(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
 // The descriptor of this process whose local port is `local` and whose peer's port is `peer`
 // (IPv4 TCP), or -1.
 int find_socket(int local, int peer) {
@@ -112,9 +118,8 @@ class ServerSocket : public ::testing::Test {
       if (n <= 0) return "";
       got.append(buf, size_t(n));
     }
-    std::string head = got.substr(0, end + 2), lower = head;
-    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    const size_t cl = lower.find("content-length:");
+    const std::string head = got.substr(0, end + 2);
+    const size_t cl = lowercase(head).find("content-length:");
     const size_t body = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 15));
     while (got.size() < end + 4 + body) {
       const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
@@ -163,9 +168,7 @@ TEST_F(ServerSocket, KeptAliveConnectionServesManyRequests) {
   for (int i = 0; i < 50; ++i) {
     const std::string head = get_health(c);
     ASSERT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << "request " << i << " on one connection: " << head.substr(0, 40);
-    std::string lower = head;
-    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    ASSERT_EQ(lower.find("connection: close"), std::string::npos) << "the server closed the connection after request " << i;
+    ASSERT_EQ(lowercase(head).find("connection: close"), std::string::npos) << "the server closed the connection after request " << i;
   }
   ::close(c);
 }
