@@ -11,27 +11,24 @@ namespace osprey {
 
 void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles) {
   const int G = K / kMxfp4Group, KB = mxfp4_act_cols(K) / kMxfp4ActBlock;
+  constexpr int kWordsPerGroup = kMxfp4GroupBytes / 4;
   for (int t = 0; t < N / kMxfp4TileRows; ++t)
     for (int kb = 0; kb < KB; ++kb) {
       uint8_t* tile = tiles + (size_t(t) * KB + kb) * kMxfp4TileBytes;
+      const int groups = std::min(4, G - 4 * kb);  // the groups K leaves this block (2880: 2 in the last)
       for (int r = 0; r < kMxfp4TileRows; ++r) {
         const size_t n = size_t(t) * kMxfp4TileRows + r;
-        for (int c = 0; c < 4; ++c) {
-          const int grp = 4 * kb + c;
-          uint8_t* codes = tile + r * 64 + c * kMxfp4GroupBytes;
-          if (grp < G) {
-            for (int w = 0; w < kMxfp4GroupBytes / 4; ++w) {
-              uint32_t word;
-              std::memcpy(&word, blocks + (n * G + grp) * kMxfp4GroupBytes + 4 * w, 4);
-              word = mxfp4_pack_word(word);
-              std::memcpy(codes + 4 * w, &word, 4);
-            }
-            tile[1024 + 4 * r + c] = scales[n * G + grp];
-          } else {
-            std::memset(codes, 0, kMxfp4GroupBytes);
-            tile[1024 + 4 * r + c] = 127;
-          }
+        // The row's groups are contiguous in the checkpoint and in the tile: one run of words.
+        const uint8_t* src = blocks + (n * G + 4 * kb) * kMxfp4GroupBytes;
+        uint8_t* codes = tile + r * 64;
+        for (int w = 0; w < groups * kWordsPerGroup; ++w) {
+          uint32_t word;
+          std::memcpy(&word, src + 4 * w, 4);
+          word = mxfp4_pack_word(word);
+          std::memcpy(codes + 4 * w, &word, 4);
         }
+        std::memset(codes + groups * kMxfp4GroupBytes, 0, size_t(4 - groups) * kMxfp4GroupBytes);
+        for (int c = 0; c < 4; ++c) tile[1024 + 4 * r + c] = c < groups ? scales[n * G + 4 * kb + c] : 127;
       }
     }
 }
@@ -44,9 +41,11 @@ void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int ex
 }
 
 bool mxfp4_any_big_scale(const uint8_t* scales, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (scales[i] > kMxfp4OneMultiplyMaxScale) return true;
-  return false;
+  // A max over all of them (a loop the compiler vectorizes; an early exit it would not).
+  uint8_t top = 0;
+#pragma omp parallel for simd reduction(max : top)
+  for (size_t i = 0; i < n; ++i) top = std::max(top, scales[i]);
+  return top > kMxfp4OneMultiplyMaxScale;
 }
 
 uint8_t mxfp4_e2m1_to_e4m3(int c, int d) {

@@ -84,17 +84,39 @@ constexpr int mxfp4_word_bit(int i, int b) {
                               {22, 23, 24, 31},  {19, 20, 21, 28},  {16, 17, 18, 25},  {29, 26, 27, 30}};
   return kBit[i][b];
 }
-constexpr uint32_t mxfp4_pack_word(uint32_t w) {
-  uint32_t p = 0;
+// mxfp4_pack_word moves bit 4i + b to mxfp4_word_bit(i, b), mxfp4_unpack_word moves it back. The
+// 32 moves take 8 distinct distances, so each runs as 8 shift-and-masks (what the compiler folds
+// out of the fold over all 63 distances below), not 32 single-bit moves: the load re-lays out the
+// 120b's 61 GB of experts through it (mxfp4_relayout_tiles).
+namespace mxfp4_detail {
+// The destination bits that move by `shift` (destination minus source bit): packing (source
+// 4i + b, destination mxfp4_word_bit(i, b)) or unpacking (the reverse).
+constexpr uint32_t permuted_bits(bool pack, int shift) {
+  uint32_t m = 0;
   for (int i = 0; i < 8; ++i)
-    for (int b = 0; b < 4; ++b) p |= ((w >> (4 * i + b)) & 1u) << mxfp4_word_bit(i, b);
-  return p;
+    for (int b = 0; b < 4; ++b) {
+      const int src = pack ? 4 * i + b : mxfp4_word_bit(i, b), dst = pack ? mxfp4_word_bit(i, b) : 4 * i + b;
+      if (dst - src == shift) m |= 1u << dst;
+    }
+  return m;
+}
+template <bool kPack, int kShift>
+constexpr uint32_t permuted_part(uint32_t w) {
+  constexpr uint32_t m = permuted_bits(kPack, kShift);
+  if constexpr (m == 0) return 0u;
+  else if constexpr (kShift >= 0) return (w << kShift) & m;
+  else return (w >> -kShift) & m;
+}
+template <bool kPack, int... S>
+constexpr uint32_t permuted(uint32_t w, std::integer_sequence<int, S...>) {
+  return (permuted_part<kPack, S - 31>(w) | ...);
+}
+}  // namespace mxfp4_detail
+constexpr uint32_t mxfp4_pack_word(uint32_t w) {
+  return mxfp4_detail::permuted<true>(w, std::make_integer_sequence<int, 63>{});
 }
 constexpr uint32_t mxfp4_unpack_word(uint32_t p) {
-  uint32_t w = 0;
-  for (int i = 0; i < 8; ++i)
-    for (int b = 0; b < 4; ++b) w |= ((p >> mxfp4_word_bit(i, b)) & 1u) << (4 * i + b);
-  return w;
+  return mxfp4_detail::permuted<false>(p, std::make_integer_sequence<int, 63>{});
 }
 
 // Four E2M1 codes of a packed word (nibbles 4h .. 4h + 3 of the checkpoint's word: columns

@@ -439,7 +439,12 @@ TEST(Mxfp4Layout, PackedWordsDecodeToTheCheckpointPairs) {
     ASSERT_EQ(mxfp4_unpack_word(p), w);
     for (int j = 0; j < 4; ++j) ASSERT_EQ(pair_of_packed(p, j), pair_of_checkpoint(w, j)) << std::hex << w << " pair " << j;
   }
-  for (int bit = 0; bit < 32; ++bit) ASSERT_EQ(__builtin_popcount(mxfp4_pack_word(1u << bit)), 1) << bit;
+  // Each bit lands where mxfp4_word_bit says (the shift-and-mask form against the table), and back.
+  for (int i = 0; i < 8; ++i)
+    for (int b = 0; b < 4; ++b) {
+      ASSERT_EQ(mxfp4_pack_word(1u << (4 * i + b)), 1u << mxfp4_word_bit(i, b)) << i << " " << b;
+      ASSERT_EQ(mxfp4_unpack_word(1u << mxfp4_word_bit(i, b)), 1u << (4 * i + b)) << i << " " << b;
+    }
 }
 
 // The W4A8 conversion kernel reads four codes' magnitudes and signs straight from a packed word
