@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "formats/mxfp4.h"
 #include "kernels/cpu/ops.h"
 
 using namespace osprey;
@@ -47,11 +48,27 @@ void BM_mxfp4w_matmul(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * (int64_t(N) * K / 2 + int64_t(N) * K / 32));
 }
 
+// The load's re-layout of MXFP4 experts into the GPU decode kernels' tiles (mxfp4_relayout_experts,
+// OpenMP over experts): arg 0 experts of mlp1's shape [5760 x 2880], bytes of checkpoint codes.
+void BM_mxfp4_relayout(benchmark::State& st) {
+  const int E = int(st.range(0)), N = 5760, K = 2880;
+  std::vector<uint8_t> blocks(size_t(E) * N * K / 2), scales(size_t(E) * N * K / 32), tiles(mxfp4_tiles_bytes(N, K) * E);
+  std::mt19937 rng(3);
+  for (auto& b : blocks) b = uint8_t(rng());
+  for (auto& s : scales) s = uint8_t(118 + rng() % 4);
+  for (auto _ : st) {
+    mxfp4_relayout_experts(blocks.data(), scales.data(), E, N, K, tiles.data());
+    benchmark::DoNotOptimize(tiles.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(blocks.size()));
+}
+
 }  // namespace
 
 // q_proj [4096 x 2880], o_proj [2880 x 4096], mlp1 [5760 x 2880], mlp2 [2880 x 2880]
 BENCHMARK(BM_bf16w_matmul)->Args({1, 128, 2880})->Args({1, 4096, 2880})->Args({1, 2880, 4096})->Args({4, 4096, 2880})->UseRealTime();
 BENCHMARK(BM_mxfp4w_matmul)->Args({1, 256, 2880})->Args({1, 5760, 2880})->Args({1, 2880, 2880})->Args({4, 5760, 2880})->UseRealTime();
+BENCHMARK(BM_mxfp4_relayout)->Arg(8)->UseRealTime()->Unit(benchmark::kMillisecond);
 // Sampler::sample_from on one row of the full vocabulary (normal logits, std 3): arg 0 selects
 // temperature 1 alone, temperature 0.8 with top-p 0.9, or temperature 1 with top-k 50.
 static void BM_sample_from(benchmark::State& state) {

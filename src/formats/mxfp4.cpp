@@ -9,35 +9,45 @@
 
 namespace osprey {
 
-void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles) {
+namespace {
+// Tile row t (rows 16t .. 16t + 15, every block of K) of one matrix.
+void relayout_tile_row(const uint8_t* blocks, const uint8_t* scales, int K, int t, uint8_t* tiles) {
   const int G = K / kMxfp4Group, KB = mxfp4_act_cols(K) / kMxfp4ActBlock;
   constexpr int kWordsPerGroup = kMxfp4GroupBytes / 4;
-  for (int t = 0; t < N / kMxfp4TileRows; ++t)
-    for (int kb = 0; kb < KB; ++kb) {
-      uint8_t* tile = tiles + (size_t(t) * KB + kb) * kMxfp4TileBytes;
-      const int groups = std::min(4, G - 4 * kb);  // the groups K leaves this block (2880: 2 in the last)
-      for (int r = 0; r < kMxfp4TileRows; ++r) {
-        const size_t n = size_t(t) * kMxfp4TileRows + r;
-        // The row's groups are contiguous in the checkpoint and in the tile: one run of words.
-        const uint8_t* src = blocks + (n * G + 4 * kb) * kMxfp4GroupBytes;
-        uint8_t* codes = tile + r * 64;
-        for (int w = 0; w < groups * kWordsPerGroup; ++w) {
-          uint32_t word;
-          std::memcpy(&word, src + 4 * w, 4);
-          word = mxfp4_pack_word(word);
-          std::memcpy(codes + 4 * w, &word, 4);
-        }
-        std::memset(codes + groups * kMxfp4GroupBytes, 0, size_t(4 - groups) * kMxfp4GroupBytes);
-        for (int c = 0; c < 4; ++c) tile[1024 + 4 * r + c] = c < groups ? scales[n * G + 4 * kb + c] : 127;
+  for (int kb = 0; kb < KB; ++kb) {
+    uint8_t* tile = tiles + (size_t(t) * KB + kb) * kMxfp4TileBytes;
+    const int groups = std::min(4, G - 4 * kb);  // the groups K leaves this block (2880: 2 in the last)
+    for (int r = 0; r < kMxfp4TileRows; ++r) {
+      const size_t n = size_t(t) * kMxfp4TileRows + r;
+      // The row's groups are contiguous in the checkpoint and in the tile: one run of words.
+      const uint8_t* src = blocks + (n * G + 4 * kb) * kMxfp4GroupBytes;
+      uint8_t* codes = tile + r * 64;
+      for (int w = 0; w < groups * kWordsPerGroup; ++w) {
+        uint32_t word;
+        std::memcpy(&word, src + 4 * w, 4);
+        word = mxfp4_pack_word(word);
+        std::memcpy(codes + 4 * w, &word, 4);
       }
+      std::memset(codes + groups * kMxfp4GroupBytes, 0, size_t(4 - groups) * kMxfp4GroupBytes);
+      for (int c = 0; c < 4; ++c) tile[1024 + 4 * r + c] = c < groups ? scales[n * G + 4 * kb + c] : 127;
     }
+  }
+}
+}  // namespace
+
+void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles) {
+  for (int t = 0; t < N / kMxfp4TileRows; ++t) relayout_tile_row(blocks, scales, K, t, tiles);
 }
 
 void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int experts, int N, int K, uint8_t* tiles) {
   const size_t per_b = size_t(N) * K / 2, per_s = size_t(N) * K / kMxfp4Group, per_t = mxfp4_tiles_bytes(N, K);
-#pragma omp parallel for schedule(dynamic)
-  for (int e = 0; e < experts; ++e)
-    mxfp4_relayout_tiles(blocks + e * per_b, scales + e * per_s, N, K, tiles + e * per_t);
+  const int rows = N / kMxfp4TileRows;
+  // Over every tile row of every expert: a few experts (the load's chunks) still fill the threads.
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < experts * rows; ++i) {
+    const int e = i / rows;
+    relayout_tile_row(blocks + e * per_b, scales + e * per_s, K, i % rows, tiles + e * per_t);
+  }
 }
 
 bool mxfp4_any_big_scale(const uint8_t* scales, size_t n) {

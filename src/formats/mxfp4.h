@@ -171,7 +171,7 @@ constexpr size_t mxfp4_tiles_bytes(int N, int K) {
 }
 // blocks [N][K/32][16], scales [N][K/32] -> tiles (N % 16 == 0, K % 32 == 0).
 void mxfp4_relayout_tiles(const uint8_t* blocks, const uint8_t* scales, int N, int K, uint8_t* tiles);
-// The same for `experts` matrices one after another (OpenMP over experts).
+// The same for `experts` matrices one after another (OpenMP over their tile rows).
 void mxfp4_relayout_experts(const uint8_t* blocks, const uint8_t* scales, int experts, int N, int K, uint8_t* tiles);
 // The largest E8M0 scale (2^1) whose power of two the GPU's BF16 decode takes in one multiply:
 // its factor 2^(S - 1) is then at most 2^127, the largest BF16 power of two; above, it takes two.

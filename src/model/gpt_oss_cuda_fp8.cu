@@ -244,14 +244,41 @@ struct GptOssCudaFp8::Impl {
     weight_bytes += double(dst.q.n) + 4.0 * dst.s.n;
   }
 
-  void upload_mxfp4(Mxfp4Weight& dst, const Mxfp4Experts& src, std::vector<uint8_t>& staging) {
+  // The load's path for MXFP4 experts: a chunk of experts (about kChunkBytes of tiles) is re-laid
+  // out on the host into one of two page-locked slots while the other slot's chunk copies to the
+  // GPU, so the host's re-layout and the copies overlap.
+  struct TileUploadRing {
+    static constexpr size_t kChunkBytes = size_t(64) << 20;
+    cuda::PinnedHostArray<uint8_t> slot[2];
+    cudaEvent_t copied[2]{};
+    TileUploadRing() {
+      for (cudaEvent_t& e : copied) OSPREY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    ~TileUploadRing() {
+      for (cudaEvent_t e : copied) cudaEventDestroy(e);
+    }
+    TileUploadRing(const TileUploadRing&) = delete;
+    TileUploadRing& operator=(const TileUploadRing&) = delete;
+  };
+  void upload_mxfp4(Mxfp4Weight& dst, const Mxfp4Experts& src, TileUploadRing& ring) {
     if (src.cols % kMxfp4Group || src.rows % kMxfp4TileRows)
       fail_plain("the MXFP4 expert path needs expert matrices whose rows are a multiple of 16 and columns of 32");
     dst.experts = src.experts, dst.rows = src.rows, dst.cols = src.cols;
-    const size_t n = mxfp4_tiles_bytes(src.rows, src.cols) * src.experts;
-    staging.resize(n);
-    mxfp4_relayout_experts(src.blocks, src.scales, src.experts, src.rows, src.cols, staging.data());
-    dst.tiles = upload(staging.data(), n);
+    const size_t per_t = mxfp4_tiles_bytes(src.rows, src.cols), per_b = size_t(src.rows) * src.cols / 2,
+                 per_s = per_b / kMxfp4GroupBytes, n = per_t * src.experts;
+    dst.tiles = DeviceArray<uint8_t>(n);
+    const int chunk = int(std::clamp<size_t>(TileUploadRing::kChunkBytes / per_t, 1, size_t(src.experts)));
+    for (auto& slot : ring.slot)
+      if (slot.n < chunk * per_t) slot = cuda::PinnedHostArray<uint8_t>(chunk * per_t);  // no copy in flight
+    for (int e0 = 0, i = 0; e0 < src.experts; e0 += chunk, ++i) {
+      const int ne = std::min(chunk, src.experts - e0), s = i % 2;
+      if (i >= 2) OSPREY_CUDA_CHECK(cudaEventSynchronize(ring.copied[s]));  // the slot's last copy is done
+      mxfp4_relayout_experts(src.blocks + e0 * per_b, src.scales + e0 * per_s, ne, src.rows, src.cols, ring.slot[s].ptr);
+      OSPREY_CUDA_CHECK(cudaMemcpyAsync(dst.tiles.ptr + e0 * per_t, ring.slot[s].ptr, ne * per_t, cudaMemcpyHostToDevice,
+                                        stream));
+      OSPREY_CUDA_CHECK(cudaEventRecord(ring.copied[s], stream));
+    }
+    OSPREY_CUDA_CHECK(cudaStreamSynchronize(stream));
     dst.big_scales = mxfp4_any_big_scale(src.scales, size_t(src.experts) * src.rows * (src.cols / kMxfp4Group));
     weight_bytes += double(n);
     if (mxfp4_lt_fp8 && opt.cublaslt) {
@@ -296,7 +323,7 @@ struct GptOssCudaFp8::Impl {
     Progress progress(what.c_str(), cfg.num_layers + 1);
     DeviceArray<cuda::bf16> staging;
     DeviceArray<uint8_t> blocks, scales;
-    std::vector<uint8_t> tiles_staging;
+    TileUploadRing tiles_ring;
     embed = upload_bf16(w.embed.w, size_t(cfg.vocab) * H);
     final_norm = upload_bf16(w.final_norm, H);
     if (dense_bf16) {
@@ -355,8 +382,8 @@ struct GptOssCudaFp8::Impl {
         upload_fp8(d.mlp1, F.mlp1);
         upload_fp8(d.mlp2, F.mlp2);
       } else if (mxfp4) {
-        upload_mxfp4(d.mx1, L.mlp1, tiles_staging);
-        upload_mxfp4(d.mx2, L.mlp2, tiles_staging);
+        upload_mxfp4(d.mx1, L.mlp1, tiles_ring);
+        upload_mxfp4(d.mx2, L.mlp2, tiles_ring);
       } else {
         convert_experts(d.mlp1, L.mlp1, blocks, scales);
         convert_experts(d.mlp2, L.mlp2, blocks, scales);

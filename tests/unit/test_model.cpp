@@ -419,6 +419,22 @@ TEST(Mxfp4Layout, PositionsArePermutationsAndWeightTiles) {
     }
 }
 
+// Several experts at once (the load's form, OpenMP over every expert's tile rows) are each
+// expert's own re-layout, one after another: 3 experts, 2880 columns (the last block half full).
+TEST(Mxfp4Layout, ExpertsRelayoutIsEachExpertsOwn) {
+  const int E = 3, N = 48, K = 2880;
+  std::vector<uint8_t> blocks(size_t(E) * N * K / 2), scales(size_t(E) * N * K / 32);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 13 + 5);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(110 + i % 29);
+  const size_t per_t = mxfp4_tiles_bytes(N, K);
+  std::vector<uint8_t> all(per_t * E, 0xAB), one(per_t);
+  mxfp4_relayout_experts(blocks.data(), scales.data(), E, N, K, all.data());
+  for (int e = 0; e < E; ++e) {
+    mxfp4_relayout_tiles(blocks.data() + size_t(e) * N * K / 2, scales.data() + size_t(e) * N * K / 32, N, K, one.data());
+    ASSERT_TRUE(std::equal(one.begin(), one.end(), all.begin() + e * per_t)) << "expert " << e;
+  }
+}
+
 // The packed word is a permutation of the checkpoint word's bits, and the decode's pair formulas
 // (kernels/cuda/moe_gemm_mxfp4_decode.cuh, restated here on the host) read from it exactly the
 // BF16 pair that the checkpoint's nibbles j and j + 4 give: sign on bit 15, exponent and mantissa

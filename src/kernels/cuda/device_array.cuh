@@ -30,6 +30,27 @@ struct DeviceArray {
   }
 };
 
+// Page-locked host memory (RAII, move-only): what a host-to-device copy needs to run
+// asynchronously beside the host's work.
+template <typename T>
+struct PinnedHostArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  PinnedHostArray() = default;
+  explicit PinnedHostArray(size_t count) : n(count) {
+    if (count) OSPREY_CUDA_CHECK(cudaMallocHost(&ptr, count * sizeof(T)));
+  }
+  ~PinnedHostArray() {
+    if (ptr) cudaFreeHost(ptr);
+  }
+  PinnedHostArray(PinnedHostArray&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
+  PinnedHostArray& operator=(PinnedHostArray&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(n, o.n);
+    return *this;
+  }
+};
+
 template <typename T>
 DeviceArray<T> upload(const T* host, size_t count) {
   DeviceArray<T> d(count);
