@@ -255,7 +255,11 @@ struct GptOssCudaFp8::Impl {
       for (cudaEvent_t& e : copied) OSPREY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
     ~TileUploadRing() {
-      for (cudaEvent_t e : copied) cudaEventDestroy(e);
+      for (cudaEvent_t e : copied) cudaEventSynchronize(e), cudaEventDestroy(e);  // no copy out of a freed slot
+    }
+    // Waits until neither slot is being copied from (an event never recorded is complete).
+    void wait_idle() {
+      for (cudaEvent_t e : copied) OSPREY_CUDA_CHECK(cudaEventSynchronize(e));
     }
     TileUploadRing(const TileUploadRing&) = delete;
     TileUploadRing& operator=(const TileUploadRing&) = delete;
@@ -266,13 +270,21 @@ struct GptOssCudaFp8::Impl {
     dst.experts = src.experts, dst.rows = src.rows, dst.cols = src.cols;
     const size_t per_t = mxfp4_tiles_bytes(src.rows, src.cols), per_b = size_t(src.rows) * src.cols / 2,
                  per_s = per_b / kMxfp4GroupBytes, n = per_t * src.experts;
+    if (n == 0) fail_plain("the MXFP4 expert path needs at least one expert of at least one row and column");
     dst.tiles = DeviceArray<uint8_t>(n);
+    // If a call below fails, the error unwinds through dst's and the slots' frees: no copy may be
+    // in flight into or out of them then.
+    struct SyncOnExit {
+      cudaStream_t st;
+      ~SyncOnExit() { cudaStreamSynchronize(st); }
+    } sync_on_exit{stream};
     const int chunk = int(std::clamp<size_t>(TileUploadRing::kChunkBytes / per_t, 1, size_t(src.experts)));
+    ring.wait_idle();
     for (auto& slot : ring.slot)
-      if (slot.n < chunk * per_t) slot = cuda::PinnedHostArray<uint8_t>(chunk * per_t);  // no copy in flight
+      if (slot.n < chunk * per_t) slot = cuda::PinnedHostArray<uint8_t>(chunk * per_t);
     for (int e0 = 0, i = 0; e0 < src.experts; e0 += chunk, ++i) {
       const int ne = std::min(chunk, src.experts - e0), s = i % 2;
-      if (i >= 2) OSPREY_CUDA_CHECK(cudaEventSynchronize(ring.copied[s]));  // the slot's last copy is done
+      OSPREY_CUDA_CHECK(cudaEventSynchronize(ring.copied[s]));  // the slot's last copy is done
       mxfp4_relayout_experts(src.blocks + e0 * per_b, src.scales + e0 * per_s, ne, src.rows, src.cols, ring.slot[s].ptr);
       OSPREY_CUDA_CHECK(cudaMemcpyAsync(dst.tiles.ptr + e0 * per_t, ring.slot[s].ptr, ne * per_t, cudaMemcpyHostToDevice,
                                         stream));

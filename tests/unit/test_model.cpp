@@ -398,25 +398,28 @@ TEST(Mxfp4Layout, PositionsArePermutationsAndWeightTiles) {
   EXPECT_EQ(mxfp4_act_column(1), 4);
   EXPECT_EQ(mxfp4_act_column(2), 1);
   EXPECT_EQ(mxfp4_act_column(8), 32);
-  const int N = 32, K = 160;  // 5 groups: the second block has one group, three of padding
-  std::vector<uint8_t> blocks(N * K / 2), scales(N * K / 32), tiles(mxfp4_tiles_bytes(N, K));
-  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 7 + 3);
-  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(100 + i);
-  ASSERT_EQ(tiles.size(), size_t(2 * 2 * kMxfp4TileBytes));
-  mxfp4_relayout_tiles(blocks.data(), scales.data(), N, K, tiles.data());
-  for (int n = 0; n < N; ++n)
-    for (int g = 0; g < 8; ++g) {  // groups 5..7 are padding
-      const uint8_t* tile = &tiles[(size_t(n / 16) * 2 + g / 4) * kMxfp4TileBytes];
-      const int r = n % 16, c = g % 4;
-      for (int w = 0; w < 4; ++w) {  // each word's bits packed for the decode
-        uint32_t got, want = 0;
-        std::memcpy(&got, &tile[r * 64 + c * 16 + 4 * w], 4);
-        if (g < 5) std::memcpy(&want, &blocks[size_t(n) * 80 + g * 16 + 4 * w], 4);
-        ASSERT_EQ(got, mxfp4_pack_word(want)) << n << " " << g;
-        ASSERT_EQ(mxfp4_unpack_word(got), want) << n << " " << g;
+  // The last block with 1, 2 (2880 = 22.5 blocks) and 3 groups, the rest padding; and a full one.
+  for (int K : {160, 2880, 224, 256}) {
+    const int N = 32, G = K / 32, KB = (G + 3) / 4;
+    std::vector<uint8_t> blocks(N * K / 2), scales(N * G), tiles(mxfp4_tiles_bytes(N, K));
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 7 + 3);
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(100 + i);
+    ASSERT_EQ(tiles.size(), size_t(2 * KB * kMxfp4TileBytes));
+    mxfp4_relayout_tiles(blocks.data(), scales.data(), N, K, tiles.data());
+    for (int n = 0; n < N; ++n)
+      for (int g = 0; g < 4 * KB; ++g) {  // groups G.. are padding
+        const uint8_t* tile = &tiles[(size_t(n / 16) * KB + g / 4) * kMxfp4TileBytes];
+        const int r = n % 16, c = g % 4;
+        for (int w = 0; w < 4; ++w) {  // each word's bits packed for the decode
+          uint32_t got, want = 0;
+          std::memcpy(&got, &tile[r * 64 + c * 16 + 4 * w], 4);
+          if (g < G) std::memcpy(&want, &blocks[size_t(n) * G * 16 + g * 16 + 4 * w], 4);
+          ASSERT_EQ(got, mxfp4_pack_word(want)) << K << " " << n << " " << g;
+          ASSERT_EQ(mxfp4_unpack_word(got), want) << K << " " << n << " " << g;
+        }
+        ASSERT_EQ(tile[1024 + r * 4 + c], g < G ? scales[size_t(n) * G + g] : 127) << K << " " << n << " " << g;
       }
-      ASSERT_EQ(tile[1024 + r * 4 + c], g < 5 ? scales[size_t(n) * 5 + g] : 127);
-    }
+  }
 }
 
 // Several experts at once (the load's form, OpenMP over every expert's tile rows) are each
