@@ -1,4 +1,5 @@
-// A device allocation (RAII, move-only) and host-to-device uploads, shared by the CUDA model paths.
+// Device and page-locked host allocations (RAII, move-only) and host-to-device uploads, shared by
+// the CUDA model paths.
 #pragma once
 #include <utility>
 #include <vector>
@@ -8,48 +9,42 @@
 
 namespace osprey::cuda {
 
-template <typename T>
-struct DeviceArray {
+// An owned CUDA allocation of `n` T (RAII, move-only), in the memory Mem allocates: the GPU's
+// (DeviceArray) or page-locked host memory, what a host-to-device copy needs to run asynchronously
+// beside the host's work (PinnedHostArray).
+template <typename T, class Mem>
+struct CudaArray {
   T* ptr = nullptr;
   size_t n = 0;
-  DeviceArray() = default;
-  explicit DeviceArray(size_t count) : n(count) {
-    if (count) OSPREY_CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(T)));
+  CudaArray() = default;
+  explicit CudaArray(size_t count) : n(count) {
+    if (count) OSPREY_CUDA_CHECK(Mem::allocate(reinterpret_cast<void**>(&ptr), count * sizeof(T)));
   }
-  ~DeviceArray() {
-    if (ptr) cudaFree(ptr);
+  ~CudaArray() {
+    if (ptr) Mem::release(ptr);
   }
-  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
+  CudaArray(CudaArray&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
+  CudaArray& operator=(CudaArray&& o) noexcept {
     std::swap(ptr, o.ptr);
     std::swap(n, o.n);
     return *this;
   }
   void ensure(size_t count) {  // grow-only scratch
-    if (count > n) *this = DeviceArray(count);
+    if (count > n) *this = CudaArray(count);
   }
 };
-
-// Page-locked host memory (RAII, move-only): what a host-to-device copy needs to run
-// asynchronously beside the host's work.
+struct DeviceMemory {
+  static cudaError_t allocate(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static cudaError_t release(void* p) { return cudaFree(p); }
+};
+struct PinnedHostMemory {
+  static cudaError_t allocate(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static cudaError_t release(void* p) { return cudaFreeHost(p); }
+};
 template <typename T>
-struct PinnedHostArray {
-  T* ptr = nullptr;
-  size_t n = 0;
-  PinnedHostArray() = default;
-  explicit PinnedHostArray(size_t count) : n(count) {
-    if (count) OSPREY_CUDA_CHECK(cudaMallocHost(&ptr, count * sizeof(T)));
-  }
-  ~PinnedHostArray() {
-    if (ptr) cudaFreeHost(ptr);
-  }
-  PinnedHostArray(PinnedHostArray&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
-  PinnedHostArray& operator=(PinnedHostArray&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(n, o.n);
-    return *this;
-  }
-};
+using DeviceArray = CudaArray<T, DeviceMemory>;
+template <typename T>
+using PinnedHostArray = CudaArray<T, PinnedHostMemory>;
 
 template <typename T>
 DeviceArray<T> upload(const T* host, size_t count) {
