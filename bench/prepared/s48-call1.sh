@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Session 48, first device call (about 9.5 minutes): bench/prepared/s47-call1.sh (the transposed
-# small expert tiles of branch s46-swap-small-tiles: tests, memcheck, greedy tokens against main,
-# the 20b 8k/32k prefill alternating with main, the 120b 8k prefill) with the 120b's `twostaged`
-# (bench/prepared/s46-h200a.sh: two FP8 expert buffer sets plus the staged conversion) beside it
-# when the card has the memory for it. Carry .devcarry/lib, .devcarry/s47 and .devcarry/s46/twostaged.
+# Session 48, first device call (ran on an H100 in 5.5 minutes; docs/PERF.md "Session 48"): session
+# 46's call 2 (prepared as s47-call1.sh in session 47, which no device came to run; this replaces it)
+# with the 120b's `twostaged` beside it when the card has the memory for it.
+#   - the tests of `swap` (bench/prepared/s46-swap-small-tiles.patch: an expert's last row tile of
+#     at most 32 rows transposed in the grouped FP8 GEMM) and memcheck of its grouped GEMM test;
+#   - greedy tokens after a 2,000-token prompt equal to main's;
+#   - the 20b 8k and 32k prefill, main and swap alternating; the 120b 8k prefill, main, swap and
+#     twostaged (bench/prepared/s46-h200a.sh: two FP8 expert buffer sets plus the staged conversion).
+# Build on the CPU machine with build/ built at main (scripts/build.sh):
+#   mkdir -p .devcarry/s47/main && xz -T2 -c build/osprey > .devcarry/s47/main/osprey.xz
+#   python3 bench/variant_build.py bench/prepared/s46-swap-small-tiles.patch .devcarry/s47/swap
+#   (twostaged: as in s48-h200.sh's header, into .devcarry/s46/twostaged)
+# and run with carry .devcarry/lib, .devcarry/s47 and .devcarry/s46/twostaged.
 cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 unpack .devcarry/s47/swap build/swap
