@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Session 49, for any card (about 7 minutes; the 120b at batch 1 fits an H100): branch
+# s49-batch1-fusions against main, two kernel boundaries fewer a decode layer:
+#   rope = its first commit: the QKV GEMM of decode rows (the skinny path, up to 31 rows) with the
+#          rope as its epilogue (fp8_gemm_qkv_rope_to_cache);
+#   both = the branch: that, and at batch 1 the MoE combine and next norm as the experts' second
+#          GEMM's tail (CombineNormOut);
+#   head = main's engine code (session 48's build).
+# The script runs:
+#   1. both's tests: the two new kernel tests (bit for bit against the kernels they replace), the
+#      rope, skinny GEMM, MXFP4 and model tests (CudaFp8Model.PersistentDecodeEqualsKernelByKernel
+#      asks the per-op step, now fused, for the persistent step's bits, which keeps the separate
+#      bodies); compute-sanitizer memcheck and racecheck on the two new tests;
+#   2. 16 greedy tokens after a 2,000-token prompt on the 20b, head then both (the same stream);
+#   3. the 20b decode step at batches 1, 8 and 64 (8k context): head rope both, twice;
+#   4. the 120b decode step at batch 1 (8k context): head both head both;
+#   5. where the 120b's batch-1 step goes (attr: main with bench/prepared/s33-attribution.patch,
+#      kernels left out of the step's graph; never run on the 120b).
+# Builds, carried as .devcarry/lib, .devcarry/s48/head and .devcarry/s49:
+#   .devcarry/s48/head: bench/prepared/s48-h200.sh's header (main's engine code at 9c1c088);
+#   build/ at the branch's first commit (7f0f0c9), then at its head:
+#   mkdir -p .devcarry/s49/rope && xz -c build/osprey > .devcarry/s49/rope/osprey.xz
+#   mkdir -p .devcarry/s49/both && xz -c build/osprey > .devcarry/s49/both/osprey.xz
+#   xz -c build/tests/osprey_cuda_tests > .devcarry/s49/both/tests.xz
+#   attr: a worktree of main with build/ built there (scripts/setup.sh's data/o200k_base.tiktoken
+#   copied in), then in it: python3 bench/variant_build.py bench/prepared/s33-attribution.patch \
+#     <this checkout>/.devcarry/s49/attr --no-tests
+cd "$(dirname "$0")/../.."
+source tests/cuda/device_env.sh
+unpack .devcarry/s48/head build/head
+builds_preamble .devcarry/s49 both rope
+F='CudaFp8.QkvRope*:Awkward/Fp8Tokens.QkvGemmWithRope*:Awkward/Fp8Tokens.QkvRopeToCache*:Awkward/Fp8Tokens.SkinnyGemm*'
+F="$F:MoeMxfp4.CombineTail*:MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8.MoeCombine*:Awkward/Fp8Tokens.MoeCombine*"
+timeout 200 build/both/tests --gtest_filter="$F:CudaFp8Model.*" > $OUT/tests_both.log 2>&1
+echo "tests rc $?"; gtest_summary $OUT/tests_both.log
+for tool in memcheck racecheck; do
+  timeout 100 compute-sanitizer --tool $tool --print-limit 10 build/both/tests \
+    --gtest_filter='Awkward/Fp8Tokens.QkvGemmWithRope*:CudaFp8.QkvRope*:MoeMxfp4.CombineTail*' > $OUT/${tool}_both.log 2>&1
+  echo "$tool rc $?"; grep -E "^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY" $OUT/${tool}_both.log | head -4
+done
+D=$(synth_dir 20b)
+greedy_equal $D head both
+decode() {  # MODEL_DIR BATCHES TIMEOUT NAMES..: the decode step, each build in turn
+  local d=$1 b=$2 to=$3 n i=0; shift 3
+  for n in "$@"; do
+    i=$((i + 1))
+    echo "-- $(basename $d) $n"
+    timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens 16 --batches $b \
+      --contexts 8192 --steps 32 > $OUT/decode_$(basename $d)_${i}_$n.txt 2>&1
+    grep -E "^\| [0-9]+ \| [0-9]+ \||rror" $OUT/decode_$(basename $d)_${i}_$n.txt | head -6
+  done
+}
+decode $D 1,8,64 90 head rope both head rope both
+date
+decode $(synth_dir 120b) 1 120 head both head both
+date
+echo "== 120b batch 1: kernels left out of the step (main + s33-attribution.patch)"
+unpack .devcarry/s49/attr build/attr
+OSPREY_SKIP_LIST="none;qkv;rope;attn;o;up;down;combine;unembed;rope,attn;up,down;qkv,o,up,down,unembed;none" \
+  timeout 150 build/attr/osprey bench --backend cuda --model $(synth_dir 120b) --weights mxfp4 --prefill-lens 16 \
+  --batches 1 --contexts 8192 --steps 32 > $OUT/attribution_120b.log 2>&1
+grep -E "^\| (left out|8192)|rror" $OUT/attribution_120b.log
+date
