@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 49, for any card (about 7 minutes; the 120b at batch 1 fits an H100): branch
+# Session 49, for any card (about 6 minutes; then s49-call2.sh, the 120b, about 3): branch
 # s49-batch1-fusions against main, two kernel boundaries fewer a decode layer:
-#   rope = its first commit: the QKV GEMM of decode rows (the skinny path, up to 31 rows) with the
-#          rope as its epilogue (fp8_gemm_qkv_rope_to_cache);
+#   rope = its first commit: the QKV GEMM with the rope as its epilogue (fp8_gemm_qkv_rope_to_cache)
+#          wherever the skinny kernel runs it (decode steps, verify and short prompt chunks);
 #   both = the branch: that, and at batch 1 the MoE combine and next norm as the experts' second
 #          GEMM's tail (CombineNormOut);
 #   head = main's engine code (session 48's build).
@@ -10,12 +10,11 @@
 #   1. both's tests: the two new kernel tests (bit for bit against the kernels they replace), the
 #      rope, skinny GEMM, MXFP4 and model tests (CudaFp8Model.PersistentDecodeEqualsKernelByKernel
 #      asks the per-op step, now fused, for the persistent step's bits, which keeps the separate
-#      bodies); compute-sanitizer memcheck and racecheck on the two new tests;
+#      bodies); compute-sanitizer memcheck on the two new tests (the 16-row case of the first),
+#      racecheck on the combine tail's (its shared memory is the GEMM's stage, reused);
 #   2. 16 greedy tokens after a 2,000-token prompt on the 20b, head then both (the same stream);
-#   3. the 20b decode step at batches 1, 8 and 64 (8k context): head rope both, twice;
-#   4. the 120b decode step at batch 1 (8k context): head both head both;
-#   5. where the 120b's batch-1 step goes (attr: main with bench/prepared/s33-attribution.patch,
-#      kernels left out of the step's graph; never run on the 120b).
+#   3. the 20b decode step at batches 1, 8 and 64 (8k context): head rope both head both;
+#   (s49-call2.sh: the 120b decode step at batch 1, head both head both, and where its step goes.)
 # Builds, carried as .devcarry/lib, .devcarry/s48/head and .devcarry/s49:
 #   .devcarry/s48/head: bench/prepared/s48-h200.sh's header (main's engine code at 9c1c088);
 #   build/ at the branch's first commit (7f0f0c9), then at its head:
@@ -29,15 +28,16 @@ cd "$(dirname "$0")/../.."
 source tests/cuda/device_env.sh
 unpack .devcarry/s48/head build/head
 builds_preamble .devcarry/s49 both rope
-F='CudaFp8.QkvRope*:Awkward/Fp8Tokens.QkvGemmWithRope*:Awkward/Fp8Tokens.QkvRopeToCache*:Awkward/Fp8Tokens.SkinnyGemm*'
-F="$F:MoeMxfp4.CombineTail*:MoeMxfp4.*:Awkward/MoeMxfp4.*:CudaFp8.MoeCombine*:Awkward/Fp8Tokens.MoeCombine*"
+F='CudaFp8.QkvRope*:CudaFp8.QkvGemmWithRope*:Awkward/Fp8Tokens.QkvGemmWithRope*:Awkward/Fp8Tokens.QkvRopeToCache*'
+F="$F:Awkward/Fp8Tokens.SkinnyGemm*:MoeMxfp4.*:CudaFp8.MoeCombine*:Awkward/Fp8Tokens.MoeCombine*"
 timeout 200 build/both/tests --gtest_filter="$F:CudaFp8Model.*" > $OUT/tests_both.log 2>&1
 echo "tests rc $?"; gtest_summary $OUT/tests_both.log
-for tool in memcheck racecheck; do
-  timeout 100 compute-sanitizer --tool $tool --print-limit 10 build/both/tests \
-    --gtest_filter='Awkward/Fp8Tokens.QkvGemmWithRope*:CudaFp8.QkvRope*:MoeMxfp4.CombineTail*' > $OUT/${tool}_both.log 2>&1
-  echo "$tool rc $?"; grep -E "^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY" $OUT/${tool}_both.log | head -4
-done
+sanitize() {  # TOOL FILTER
+  timeout 75 compute-sanitizer --tool $1 --print-limit 10 build/both/tests --gtest_filter="$2" > $OUT/$1_both.log 2>&1
+  echo "$1 rc $?"; grep -E "^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY" $OUT/$1_both.log | head -4
+}
+sanitize memcheck 'CudaFp8.QkvGemmWithRopeEpilogueAtTheSixteenRowTile:CudaFp8.QkvRope*:MoeMxfp4.CombineTail*'
+sanitize racecheck 'MoeMxfp4.CombineTail*'
 D=$(synth_dir 20b)
 greedy_equal $D head both
 decode() {  # MODEL_DIR BATCHES TIMEOUT NAMES..: the decode step, each build in turn
@@ -50,14 +50,5 @@ decode() {  # MODEL_DIR BATCHES TIMEOUT NAMES..: the decode step, each build in 
     grep -E "^\| [0-9]+ \| [0-9]+ \||rror" $OUT/decode_$(basename $d)_${i}_$n.txt | head -6
   done
 }
-decode $D 1,8,64 90 head rope both head rope both
-date
-decode $(synth_dir 120b) 1 120 head both head both
-date
-echo "== 120b batch 1: kernels left out of the step (main + s33-attribution.patch)"
-unpack .devcarry/s49/attr build/attr
-OSPREY_SKIP_LIST="none;qkv;rope;attn;o;up;down;combine;unembed;rope,attn;up,down;qkv,o,up,down,unembed;none" \
-  timeout 150 build/attr/osprey bench --backend cuda --model $(synth_dir 120b) --weights mxfp4 --prefill-lens 16 \
-  --batches 1 --contexts 8192 --steps 32 > $OUT/attribution_120b.log 2>&1
-grep -E "^\| (left out|8192)|rror" $OUT/attribution_120b.log
+decode $D 1,8,64 90 head rope both head both
 date
