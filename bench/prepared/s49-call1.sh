@@ -3,8 +3,9 @@
 # s49-batch1-fusions against main, two kernel boundaries fewer a decode layer:
 #   rope = its first commit: the QKV GEMM with the rope as its epilogue (fp8_gemm_qkv_rope_to_cache)
 #          wherever the skinny kernel runs it (decode steps, verify and short prompt chunks);
-#   both = the branch: that, and at batch 1 the MoE combine and next norm as the experts' second
-#          GEMM's tail (CombineNormOut);
+#   both = the branch: that, and in decode steps of up to 8 rows the MoE combine and next norm as
+#          the experts' second GEMM's tail (CombineNormOut: each token by the block that finishes
+#          its rows);
 #   head = main's engine code (session 48's build).
 # The script runs:
 #   1. both's tests: the two new kernel tests (bit for bit against the kernels they replace), the
