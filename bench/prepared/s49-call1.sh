@@ -41,15 +41,5 @@ sanitize memcheck 'CudaFp8.QkvGemmWithRopeEpilogueAtTheSixteenRowTile:CudaFp8.Qk
 sanitize racecheck 'MoeMxfp4.CombineTail*'
 D=$(synth_dir 20b)
 greedy_equal $D head both
-decode() {  # MODEL_DIR BATCHES TIMEOUT NAMES..: the decode step, each build in turn
-  local d=$1 b=$2 to=$3 n i=0; shift 3
-  for n in "$@"; do
-    i=$((i + 1))
-    echo "-- $(basename $d) $n"
-    timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens 16 --batches $b \
-      --contexts 8192 --steps 32 > $OUT/decode_$(basename $d)_${i}_$n.txt 2>&1
-    grep -E "^\| [0-9]+ \| [0-9]+ \||rror" $OUT/decode_$(basename $d)_${i}_$n.txt | head -6
-  done
-}
-decode $D 1,8,64 90 head rope both head both
+decode_builds $D 1,8,64 90 head rope both head both
 date

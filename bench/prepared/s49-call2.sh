@@ -13,16 +13,10 @@ unpack .devcarry/s48/head build/head
 unpack .devcarry/s49/attr build/attr
 builds_preamble .devcarry/s49 both
 D=$(synth_dir 120b)
-for n in head both head both; do
-  echo "-- 120b $n"
-  timeout 100 build/$n/osprey bench --backend cuda --model $D --weights mxfp4 --prefill-lens 16 --batches 1 \
-    --contexts 8192 --steps 32 > $OUT/decode_120b_$n.txt 2>&1
-  grep -E "loaded in|^\| [0-9]+ \| [0-9]+ \||rror" $OUT/decode_120b_$n.txt | head -4
-done
+decode_builds $D 1 100 head both head both
 date
 echo "== 120b batch 1: kernels left out of the step (main + s33-attribution.patch)"
-OSPREY_SKIP_LIST="none;qkv;rope;attn;o;up;down;combine;unembed;rope,attn;up,down;qkv,o,up,down,unembed;none" \
-  timeout 150 build/attr/osprey bench --backend cuda --model $D --weights mxfp4 --prefill-lens 16 \
-  --batches 1 --contexts 8192 --steps 32 > $OUT/attribution_120b.log 2>&1
-grep -E "^\| (left out|8192)|rror" $OUT/attribution_120b.log
+ATTR=$PWD/build/attr/osprey PRESET=120b BATCHES=1 RUN_S=150 \
+  SKIPS="none;qkv;rope;attn;o;up;down;combine;unembed;rope,attn;up,down;qkv,o,up,down,unembed;none" \
+  bash tests/cuda/device_attribution.sh
 date

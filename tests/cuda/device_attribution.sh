@@ -6,11 +6,11 @@
 #   git worktree add /tmp/attr HEAD && (cd /tmp/attr && git apply bench/prepared/s33-attribution.patch &&
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOSPREY_TESTS=OFF && ninja -C build osprey)
 #   mkdir -p .devcarry/attr && xz -T2 -k -c /tmp/attr/build/osprey > .devcarry/attr/osprey.xz
-# and carry .devcarry. PRESET (default 20b; 120b: in /dev/shm, its load takes about two minutes on
-# the H200), BATCHES (default 1,8), SKIPS (";"-separated lists for OSPREY_SKIP_LIST; "none" is the
-# whole step), all in one load of the model. Log and table to $OUT.
+# and carry .devcarry. ATTR (default .devcarry/attr/osprey: the build), PRESET (default 20b; 120b:
+# in /dev/shm), BATCHES (default 1,8), SKIPS (";"-separated lists for OSPREY_SKIP_LIST; "none" is
+# the whole step), all in one load of the model. Log and table to $OUT.
 source "$(dirname "$0")/device_env.sh"
-A=$PWD/.devcarry/attr/osprey
+A=${ATTR:-$PWD/.devcarry/attr/osprey}
 [ -x $A ] || { xz -d -k -f $A.xz && chmod +x $A; }
 D=$(synth_dir ${PRESET:-20b})
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader

@@ -97,6 +97,21 @@ prefill_builds() {
   done
 }
 
+# decode_builds MODEL_DIR BATCHES TIMEOUT NAMES..: `bench --backend cuda --weights mxfp4` decode
+# steps at 8k context (BATCHES comma-separated, 32 steps after a 16-token prompt) with each build
+# build/NAME/osprey in turn, at most TIMEOUT seconds each, into $OUT/decode_<model>_<i>_<NAME>.txt;
+# prints each run's load time and step rows.
+decode_builds() {
+  local d=$1 b=$2 to=$3 n i=0 f; shift 3
+  for n in "$@"; do
+    i=$((i + 1)); f=$OUT/decode_$(basename $d)_${i}_$n.txt
+    echo "-- $(basename $d) $n"
+    timeout $to build/$n/osprey bench --backend cuda --model $d --weights mxfp4 --prefill-lens 16 --batches $b \
+      --contexts 8192 --steps 32 > $f 2>&1
+    grep -E "loaded in|^\| [0-9]+ \| [0-9]+ \||rror" $f | head -6
+  done
+}
+
 # prefill_only MODEL_DIR LENS TIMEOUT NAMES..: as prefill_builds, but the prefill alone (`--prefill-reps
 # 3 --batches ""`, no decode step: for the 120b, whose load is most of the time), into
 # $OUT/prefill_<model>_<i>_<NAME>.txt; prints each run's W4A8 buffer line, KV blocks and prefill rows.
