@@ -9,7 +9,8 @@
 // latency-bound, when the code is cached), one block of 8 warps an SM. clock64 stamps its first and
 // last instruction in every block; the probe prints the largest span, for each N:
 //   warm: the kernel right after itself (its code cached where it fits);
-//   cold: right after a flusher, a 256 KB kernel of other code.
+//   cold: right after a flusher, a 256 KB kernel of other code;
+// then the 32 KB kernel after flushers of 8 to 192 KB (where it stops being warm: the capacity).
 // cold - warm, over the code's bytes, is what fetching costs: bytes a cycle an SM. If it is low,
 // the batch-1 step's small kernels are held by their code, not their data, and the lever is code
 // size (less unrolling where a kernel runs its body once), not bytes or kernel boundaries.
@@ -91,6 +92,23 @@ void measure(Probe& p) {
               c > w ? N * 16.0 / double(c - w) : 0.0);
 }
 
+// The capacity: the 32 KB kernel right after a flusher of F FFMAs (other code), for growing F: the
+// span stays warm while the flusher and the kernel fit the SM's instruction caches together.
+template <int F>
+void after_flusher(Probe& p) {
+  auto run = [&] { straight_kernel<2048, 0><<<p.blocks, 256>>>(p.out, p.span); };
+  auto flush = [&] { straight_kernel<F, 7><<<p.blocks, 256>>>(p.out, p.span); };
+  std::vector<long long> spans;
+  for (int rep = 0; rep < 7; ++rep) {
+    run();
+    flush();
+    run();
+    spans.push_back(p.largest());
+  }
+  std::sort(spans.begin(), spans.end());
+  std::printf("| %.0f | %lld |\n", F * 16.0 / 1024.0, spans[spans.size() / 2]);
+}
+
 }  // namespace
 
 int main() {
@@ -110,6 +128,15 @@ int main() {
   measure<4096>(p);
   measure<8192>(p);
   measure<16384>(p);
+  std::printf("\nThe 32 KB kernel (2048 FFMAs) right after a flusher of other code:\n\n");
+  std::printf("| flusher KB | cycles |\n|---:|---:|\n");
+  after_flusher<512>(p);
+  after_flusher<1024>(p);
+  after_flusher<2048>(p);
+  after_flusher<4096>(p);
+  after_flusher<6144>(p);
+  after_flusher<8192>(p);
+  after_flusher<12288>(p);
   CHECK(cudaFree(p.out));
   CHECK(cudaFree(p.span));
   return 0;
