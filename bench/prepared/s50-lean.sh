@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 50, for any card when the budget is short (about 4 minutes): the cold-code probe, the
 # branch s49-batch1-fusions' tests, its greedy stream against main's, and the 20b decode step at
-# batches 1, 8 and 64 (head both head both): s50-call1.sh without the sanitizers and the rope-only
+# batches 1 and 8 (head both head both; batch 64 takes neither change): s50-call1.sh without the sanitizers and the rope-only
 # build. Carry .devcarry/lib, .devcarry/s48, .devcarry/s49, .devcarry/s50.
 cd "$(dirname "$0")/../.."
 timeout 60 .devcarry/s50/probe_icache_cold_code | tee $OUT/icache_probe.txt
@@ -14,5 +14,5 @@ timeout 200 build/both/tests --gtest_filter="$F:CudaFp8Model.*" > $OUT/tests_bot
 echo "tests rc $?"; gtest_summary $OUT/tests_both.log
 D=$(synth_dir 20b)
 greedy_equal $D head both
-decode_builds $D 1,8,64 90 head both head both
+decode_builds $D 1,8 60 head both head both
 date
