@@ -1,9 +1,10 @@
 // Probe: what a kernel pays to fetch code it runs once. A batch-1 decode layer launches eight
 // kernels whose code is mostly straight-line (unrolled) and runs once a launch: the decode
-// attention's instantiation for decode rows is 83 KB of SASS, the route kernel's 66 KB, the
-// combine's 17 KB, the rope's 15 KB (readelf of the sm_90a cubins, session 50), about 336 KB a layer
-// with the GEMMs'. That is more than an SM's instruction caches hold, so each launch may find its
-// code in L2 only, and a warp that runs straight-line code waits for every new line.
+// attention's instantiation for decode rows is 80.8 KB of SASS, the route kernel's 64.4 KB, the
+// combine's 16.4 KB, the rope's 14.3 KB (readelf of the sm_90a cubins, session 50; docs/PERF.md),
+// 246 KB of distinct code a layer with the GEMMs'. If that is more than an SM's instruction caches
+// hold, each launch finds its code in L2 only, and a warp that runs straight-line code waits for
+// every new line.
 //
 // Each kernel here is N independent FFMAs (16 bytes each in SASS, eight chains: issue-bound, not
 // latency-bound, when the code is cached), one block of 8 warps an SM. clock64 stamps its first and
@@ -57,6 +58,7 @@ __global__ void __launch_bounds__(256) straight_kernel(float* out, long long* sp
 }
 
 constexpr int kFlushN = 16384;  // 256 KB of FFMAs
+constexpr int kReps = 7;
 
 struct Probe {
   int blocks;
@@ -71,22 +73,27 @@ struct Probe {
   }
 };
 
+template <int N, int SALT>
+void launch(const Probe& p) {
+  straight_kernel<N, SALT><<<p.blocks, 256>>>(p.out, p.span);
+}
+long long median(std::vector<long long> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 template <int N>
 void measure(Probe& p) {
-  auto run = [&] { straight_kernel<N, 0><<<p.blocks, 256>>>(p.out, p.span); };
-  auto flush = [&] { straight_kernel<kFlushN, 99><<<p.blocks, 256>>>(p.out, p.span); };
   std::vector<long long> warm, cold;
-  for (int rep = 0; rep < 7; ++rep) {
-    run();
-    run();
+  for (int rep = 0; rep < kReps; ++rep) {
+    launch<N, 0>(p);
+    launch<N, 0>(p);
     warm.push_back(p.largest());
-    flush();
-    run();
+    launch<kFlushN, 99>(p);
+    launch<N, 0>(p);
     cold.push_back(p.largest());
   }
-  std::sort(warm.begin(), warm.end());
-  std::sort(cold.begin(), cold.end());
-  const long long w = warm[warm.size() / 2], c = cold[cold.size() / 2];
+  const long long w = median(warm), c = median(cold);
   const double kb = N * 16.0 / 1024.0;
   std::printf("| %d | %.0f | %lld | %lld | %lld | %.2f |\n", N, kb, w, c, c - w,
               c > w ? N * 16.0 / double(c - w) : 0.0);
@@ -96,17 +103,14 @@ void measure(Probe& p) {
 // span stays warm while the flusher and the kernel fit the SM's instruction caches together.
 template <int F>
 void after_flusher(Probe& p) {
-  auto run = [&] { straight_kernel<2048, 0><<<p.blocks, 256>>>(p.out, p.span); };
-  auto flush = [&] { straight_kernel<F, 7><<<p.blocks, 256>>>(p.out, p.span); };
   std::vector<long long> spans;
-  for (int rep = 0; rep < 7; ++rep) {
-    run();
-    flush();
-    run();
+  for (int rep = 0; rep < kReps; ++rep) {
+    launch<2048, 0>(p);
+    launch<F, 7>(p);
+    launch<2048, 0>(p);
     spans.push_back(p.largest());
   }
-  std::sort(spans.begin(), spans.end());
-  std::printf("| %.0f | %lld |\n", F * 16.0 / 1024.0, spans[spans.size() / 2]);
+  std::printf("| %.0f | %lld |\n", F * 16.0 / 1024.0, median(spans));
 }
 
 }  // namespace
